@@ -1,0 +1,29 @@
+# The two commands of the README:
+#   make bench   set up .venv if needed, run the embedded default benchmark, print the leaderboard
+#   make test    set up .venv if needed, run the whole test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CORES ?= 2
+STAMP := $(VENV)/.sparsebench-installed
+
+.PHONY: bench test install lint clean-results
+
+install: $(STAMP)
+
+# torch/torchvision are pinned and installed with pip (never uv/poetry: they would fetch 3 GB).
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+bench: $(STAMP)
+	PATH="$(abspath $(VENV))/bin:$$PATH" snakemake --cores $(CORES)
+	$(VENV)/bin/sparsebench leaderboard results/default
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

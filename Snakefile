@@ -1,0 +1,16 @@
+# sparsebench workflow: spec -> one job per (task x method setting x sparsity x seed) -> records
+# -> validated runs.parquet -> leaderboard. Thin on purpose: the logic lives in suite/.
+#
+#   snakemake --cores 2                                  # the embedded default spec
+#   snakemake --cores 2 --configfile my_spec.yaml        # your own spec
+#   snakemake -n                                         # list the jobs
+
+include: "suite/rules/common.smk"
+include: "suite/rules/classification.smk"
+include: "suite/rules/aggregate.smk"
+
+
+rule all:
+    input:
+        LEADERBOARD_FILES,
+    default_target: True

@@ -1,0 +1,1 @@
+"""sparsebench methods/dst."""

@@ -1,0 +1,113 @@
+"""RigL: Rigging the Lottery."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from sparsebench.methods.dst.static import Static
+from sparsebench.suite.masks import topk_mask
+from sparsebench.suite.registry import register
+
+
+@register("rigl", pillar="dst")
+class RigL(Static):
+    """Rigged Lottery (Evci et al. 2020, Algorithm 1).
+
+    Starts from a random ERK mask. Every ``update_interval`` (ΔT = 100) optimizer steps, while
+    ``t < T_end = end_fraction * total_steps`` (end_fraction = 0.75), each sparse layer drops
+    ``k = f(t) * nnz`` of its active weights with the smallest magnitude and regrows the ``k``
+    inactive connections with the largest dense-gradient magnitude |∇L_t| (Algorithm 1, lines
+    5-9), so each layer keeps its exact number of nonzeros. The drop fraction decays by the
+    cosine schedule f(t) = α/2 · (1 + cos(π t / T_end)) with α = ``drop_fraction`` = 0.3
+    (Eq. 1). Regrown connections start at zero, and so does their optimizer state (Sec. 3).
+    A dropped connection that is regrown in the same update keeps its value, as in the
+    reference implementation.
+
+    Departures, documented: the dense gradient is that of the update step's own batch, captured
+    during its backward pass; the regular optimizer step of that batch is kept (the reference
+    implementation wraps the optimizer the same way). Updates happen after steps ΔT, 2ΔT, ...
+    (not at step 0).
+
+    Training FLOPs (Appendix H): ``3 f_S`` per example on regular steps and ``2 f_S + f_D`` on
+    update steps, i.e. (3 f_S ΔT + 2 f_S + f_D) / (ΔT + 1) on average while updates run.
+
+    Source: Evci, Gale, Menick, Castro, Elsen 2020, "Rigging the Lottery: Making All Tickets
+    Winners", ICML, Algorithm 1 and Eq. 1; defaults ΔT = 100, α = 0.3, cosine decay,
+    T_end = 0.75 of training, ERK.
+    """
+
+    @dataclass
+    class Params(Static.Params):
+        update_interval: int = 100
+        drop_fraction: float = 0.3
+        drop_fraction_anneal: Literal["cosine", "constant"] = "cosine"
+        end_fraction: float = 0.75
+
+        def validate(self) -> None:
+            if self.update_interval < 1:
+                raise ValueError(f"update_interval must be >= 1, got {self.update_interval}")
+            if not 0.0 < self.drop_fraction < 1.0:
+                raise ValueError(f"drop_fraction must be in (0, 1), got {self.drop_fraction}")
+            if not 0.0 < self.end_fraction <= 1.0:
+                raise ValueError(f"end_fraction must be in (0, 1], got {self.end_fraction}")
+
+    @property
+    def t_end(self) -> int:
+        return int(self.params.end_fraction * self.ctx.total_steps)
+
+    def drop_fraction_at(self, step: int) -> float:
+        """f(t) of Eq. 1 (cosine) or the constant α."""
+        alpha = self.params.drop_fraction
+        if self.params.drop_fraction_anneal == "constant":
+            return alpha
+        return alpha / 2.0 * (1.0 + math.cos(math.pi * step / self.t_end))
+
+    def is_update_step(self, step: int) -> bool:
+        return step > 0 and step % self.params.update_interval == 0 and step < self.t_end
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        # The step this batch completes is global_step + 1: capture its dense gradient if an
+        # update follows it.
+        pl_module.masks.capture_dense_grads = self.is_update_step(trainer.global_step + 1)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        store = pl_module.masks
+        if not store.capture_dense_grads:
+            return
+        store.capture_dense_grads = False
+        step = trainer.global_step
+        fraction = self.drop_fraction_at(step)
+        for name, mask in store.masks.items():
+            if mask is not None and name in store.dense_grads:
+                store.set_mask(name, self.update_mask(store.weight(name), mask,
+                                                      store.dense_grads[name], fraction))
+        store.dense_grads.clear()
+        # Extra cost of the update step: the dense gradient, f_D instead of f_S (Appendix H).
+        f_s = sum(f * d for f, d in zip(self.ctx.flops.dense_flops.values(),
+                                        store.densities().values()))
+        self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * int(batch[0].shape[0]))
+
+    @staticmethod
+    @torch.no_grad()
+    def update_mask(weight: torch.Tensor, mask: torch.Tensor, grad: torch.Tensor,
+                    fraction: float) -> torch.Tensor:
+        """RigL's drop/grow on one layer.
+
+        Args:
+            weight, grad: the layer's weight and dense gradient (same shape).
+            mask: bool mask of active connections.
+            fraction: share of the active connections to drop and regrow.
+        Returns: the new bool mask, with exactly as many ones as ``mask``.
+        """
+        n_active = int(mask.sum())
+        k = int(fraction * n_active)
+        if k == 0:
+            return mask
+        inf = torch.full_like(weight, math.inf)
+        kept = topk_mask(torch.where(mask, weight.abs(), -inf), n_active - k)
+        grow = topk_mask(torch.where(kept, -inf, grad.abs()), k)
+        return kept | grow

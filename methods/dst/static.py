@@ -1,0 +1,34 @@
+"""Static sparse training: a random mask fixed at initialization."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from sparsebench.suite.lit import MaskMethod
+from sparsebench.suite.masks import layer_densities
+from sparsebench.suite.registry import register
+
+
+@register("static", pillar="dst")
+class Static(MaskMethod):
+    """Static sparse training: a uniformly random mask per layer is drawn at initialization
+    (layer densities by ERK or uniform) and never changes.
+
+    Training FLOPs: ``3 * f_S`` per example (Evci et al. 2020, Appendix H).
+
+    Source: Evci et al. 2020, "Rigging the Lottery: Making All Tickets Winners", ICML,
+    Sec. 4 ("Static" baseline); ERK distribution from the same paper, Sec. 3.
+    """
+
+    @dataclass
+    class Params:
+        distribution: Literal["erk", "uniform"] = "erk"
+        dense_first_layer: bool = False
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        store = pl_module.masks
+        densities = layer_densities(
+            store.shapes, self.density, self.params.distribution, self.params.dense_first_layer
+        )
+        store.random_masks(densities, self.ctx.generator)

@@ -1,0 +1,144 @@
+"""The ``sparsebench`` command line.
+
+    sparsebench run <pillar> --spec FILE --task T --method M [--params JSON] --sparsity S
+                    --seed N --out record.json [--threads K] [--parallel-jobs J]
+    sparsebench aggregate results/<bench>      # records -> validated runs.parquet
+    sparsebench leaderboard results/<bench>    # records -> leaderboard files, no job rerun
+    sparsebench methods                        # registered methods, parameters, defaults, sources
+    sparsebench validate FILE                  # check a spec, list its jobs
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import typing
+from pathlib import Path
+
+from sparsebench.suite import registry
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from sparsebench.suite.run import JobArgs, run_and_record
+    from sparsebench.suite.spec import load
+
+    spec = load(args.spec)
+    info = registry.get_method(args.method)
+    if info.pillar != args.pillar:
+        raise SystemExit(
+            f"method {args.method!r} belongs to pillar {info.pillar!r}, not {args.pillar!r}"
+        )
+    try:
+        params = json.loads(args.params)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"--params is not valid JSON ({e}): {args.params!r}") from None
+    job = JobArgs(args.task, args.method, params, args.sparsity, args.seed, args.threads,
+                  args.parallel_jobs)
+    record = run_and_record(spec, job, args.out)
+    acc = record.get("test_acc")
+    summary = f"test_acc={acc:.4f}" if acc is not None else f"error={record['error']}"
+    print(f"[{record['status']}] {args.task} {args.method} s={args.sparsity:g} "
+          f"seed={args.seed}: {summary} -> {args.out}")
+    return 0
+
+
+def _cmd_aggregate(args: argparse.Namespace) -> int:
+    from sparsebench.suite.leaderboard import aggregate, find_records
+
+    bench = Path(args.bench_dir)
+    out = aggregate(find_records(bench), bench / "runs.parquet")
+    print(f"wrote {bench / 'runs.parquet'} ({out.height} runs)")
+    return 0
+
+
+def _cmd_leaderboard(args: argparse.Namespace) -> int:
+    from sparsebench.suite.leaderboard import aggregate, find_records, print_top, write_leaderboard
+
+    bench = Path(args.bench_dir)
+    runs = aggregate(find_records(bench), bench / "runs.parquet")
+    write_leaderboard(runs, bench)
+    print(f"leaderboard: {bench / 'leaderboard.md'} (also .csv, .json, pareto.png)")
+    print(print_top(bench, n=args.top))
+    return 0
+
+
+def _cmd_methods(args: argparse.Namespace) -> int:
+    for name, info in registry.all_methods().items():
+        print(f"{name}  [{info.pillar}]")
+        if info.source:
+            print(f"    source: {info.source}")
+        hints = typing.get_type_hints(info.params_cls)
+        for f in dataclasses.fields(info.params_cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            print(f"    {f.name}: {registry.describe_type(hints[f.name])} = {default!r}")
+        if not dataclasses.fields(info.params_cls):
+            print("    (no parameters)")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from sparsebench.suite.spec import load
+
+    spec = load(args.spec)
+    jobs = spec.jobs()
+    print(f"{args.spec}: valid; benchmark {spec.benchmark!r}, {len(jobs)} jobs")
+    for job in jobs[: args.show]:
+        print(f"  {job.record_path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sparsebench", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run one job and write its record")
+    r.add_argument("pillar", choices=["dst", "pruning"])
+    r.add_argument("--spec", required=True, help="benchmark spec (YAML)")
+    r.add_argument("--task", required=True)
+    r.add_argument("--method", required=True)
+    r.add_argument("--params", default="{}", help="method parameters as JSON")
+    r.add_argument("--sparsity", type=float, required=True)
+    r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--out", required=True, help="record path (written atomically)")
+    r.add_argument("--threads", type=int, default=1, help="torch threads for this job")
+    r.add_argument("--parallel-jobs", type=int, default=1,
+                   help="jobs running at once (recorded with the wall-clock figures)")
+    r.set_defaults(func=_cmd_run)
+
+    a = sub.add_parser("aggregate", help="validate the records into runs.parquet")
+    a.add_argument("bench_dir")
+    a.set_defaults(func=_cmd_aggregate)
+
+    lb = sub.add_parser("leaderboard", help="rebuild the leaderboard from the records")
+    lb.add_argument("bench_dir")
+    lb.add_argument("--top", type=int, default=3, help="rows per (task, sparsity) to print")
+    lb.set_defaults(func=_cmd_leaderboard)
+
+    m = sub.add_parser("methods", help="list registered methods")
+    m.set_defaults(func=_cmd_methods)
+
+    v = sub.add_parser("validate", help="validate a spec and list its jobs")
+    v.add_argument("spec")
+    v.add_argument("--show", type=int, default=10, help="jobs to list")
+    v.set_defaults(func=_cmd_validate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sparsebench.suite.spec import SpecError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (SpecError, registry.RegistryError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # TableError and other input errors: message, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

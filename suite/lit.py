@@ -1,0 +1,172 @@
+"""Lightning pieces of the classification pillars (dst, pruning): the module, the run context
+handed to methods, the method base class and the FLOPs callback."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset
+from torchmetrics.classification import MulticlassAccuracy
+
+from sparsebench.suite.flops import TrainFlopsCounter
+from sparsebench.suite.masks import MaskStore
+
+
+class DivergedError(RuntimeError):
+    """Training produced a non-finite loss."""
+
+
+@dataclass
+class RunContext:
+    """What a method may know about the run it is attached to.
+
+    Attributes:
+        total_steps: optimizer steps of the whole run (epochs x steps_per_epoch).
+        steps_per_epoch: optimizer steps per epoch.
+        epochs: training epochs.
+        batch_size: training batch size.
+        seed: the job's seed.
+        generator: a CPU ``torch.Generator`` seeded from ``seed``, for mask randomness.
+        flops: the training FLOPs counter (methods add their extra costs to it).
+        train_data: the training set, for methods that look at data (e.g. SNIP's batch).
+    """
+
+    total_steps: int
+    steps_per_epoch: int
+    epochs: int
+    batch_size: int
+    seed: int
+    generator: torch.Generator
+    flops: TrainFlopsCounter
+    train_data: Dataset
+
+
+class MaskMethod(pl.Callback):
+    """Base of DST and pruning methods: a Lightning callback that edits the module's
+    :class:`~sparsebench.suite.masks.MaskStore` (``pl_module.masks``) at the hooks it needs.
+
+    Subclasses define a ``Params`` dataclass and are registered with
+    ``@registry.register(name, pillar)``.
+    """
+
+    Params: type
+
+    def __init__(self, params: Any, sparsity: float, ctx: RunContext):
+        self.params = params
+        self.sparsity = float(sparsity)
+        self.density = 1.0 - self.sparsity
+        self.ctx = ctx
+
+
+class FlopsCallback(pl.Callback):
+    """Counts 3 x sparse forward FLOPs per training example at each step's masks."""
+
+    def __init__(self, counter: TrainFlopsCounter):
+        self.counter = counter
+        self._densities: dict[str, float] = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._densities = pl_module.masks.densities()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.counter.step(int(batch[0].shape[0]), self._densities)
+
+
+def lr_lambda(recipe: dict[str, Any], total_steps: int):
+    """Per-step learning-rate multiplier for ``recipe['schedule']``:
+    ``constant``; ``cosine`` (to 0 at the last step, Loshchilov & Hutter 2017);
+    ``step`` (times ``gamma`` at each fraction in ``milestones``)."""
+    schedule = recipe.get("schedule", "cosine")
+    if schedule == "constant":
+        return lambda step: 1.0
+    if schedule == "cosine":
+        return lambda step: 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps))
+    if schedule == "step":
+        marks = sorted(int(m * total_steps) for m in recipe.get("milestones", [0.5, 0.75]))
+        gamma = recipe.get("gamma", 0.1)
+        return lambda step: gamma ** sum(step >= m for m in marks)
+    raise ValueError(f"unknown schedule {schedule!r}; allowed: constant, cosine, step")
+
+
+class ClassificationModule(pl.LightningModule):
+    """Supervised classification with cross-entropy; the model's masks live in ``self.masks``.
+
+    Args:
+        model: maps ``(B, *input_shape)`` to logits ``(B, num_classes)``.
+        num_classes: number of classes.
+        recipe: the spec's training recipe (optimizer, lr, momentum, weight_decay, schedule).
+        total_steps: optimizer steps of the whole run (for the lr schedule).
+    Raises (during fit): DivergedError when a training loss is NaN or infinite.
+    """
+
+    def __init__(self, model: nn.Module, num_classes: int, recipe: dict[str, Any],
+                 total_steps: int):
+        super().__init__()
+        self.model = model
+        self.masks = MaskStore(model)
+        self.recipe = recipe
+        self.total_steps = total_steps
+        self.metrics = nn.ModuleDict(
+            {s: MulticlassAccuracy(num_classes, average="micro") for s in ("val", "test")}
+        )
+        self._loss_sum = {"val": 0.0, "test": 0.0}
+        self._count = {"val": 0, "test": 0}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self.model(x), y)
+        if not torch.isfinite(loss):
+            raise DivergedError(
+                f"training loss is {loss.item()} at step {self.global_step} "
+                f"(epoch {self.current_epoch}); lower the learning rate in the recipe"
+            )
+        return loss
+
+    def _eval_step(self, batch, stage: str) -> None:
+        x, y = batch
+        logits = self.model(x)
+        self._loss_sum[stage] += F.cross_entropy(logits, y, reduction="sum").item()
+        self._count[stage] += int(y.numel())
+        self.metrics[stage].update(logits, y)
+
+    def _eval_epoch_end(self, stage: str) -> None:
+        n = max(self._count[stage], 1)
+        self.log(f"{stage}_loss", self._loss_sum[stage] / n)
+        self.log(f"{stage}_acc", self.metrics[stage].compute())
+        self.metrics[stage].reset()
+        self._loss_sum[stage], self._count[stage] = 0.0, 0
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self):
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self):
+        self._eval_epoch_end("test")
+
+    def configure_optimizers(self):
+        r = self.recipe
+        if r.get("optimizer", "sgd") == "sgd":
+            opt = torch.optim.SGD(
+                self.parameters(), lr=r["lr"], momentum=r.get("momentum", 0.9),
+                nesterov=r.get("nesterov", False), weight_decay=r.get("weight_decay", 0.0),
+            )
+        else:
+            opt = torch.optim.Adam(self.parameters(), lr=r["lr"],
+                                   weight_decay=r.get("weight_decay", 0.0))
+        self.masks.attach(opt)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(r, self.total_steps))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,0 +1,132 @@
+"""Run records: one JSON file per job, written atomically, with provenance.
+
+A record is a flat dict whose keys are :data:`COMMON_COLUMNS` plus pillar columns. A failed or
+diverged job still writes a record (``status`` and ``error`` set, metrics null), so a sweep never
+loses the rows that did finish, and an existing finished record is never overwritten by a crash
+(the file appears only through an atomic rename of a complete temporary file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("ok", "failed", "diverged")
+
+# name -> python type of the value when present (None allowed for metrics of failed runs).
+COMMON_COLUMNS: dict[str, type] = {
+    "benchmark": str,
+    "pillar": str,
+    "task": str,
+    "dataset": str,
+    "model": str,
+    "method": str,
+    "params_json": str,  # all parameters of the method, JSON with sorted keys
+    "setting_id": str,  # "default" or a hash of the non-default parameters
+    "execution": str,  # how sparse layers run: dense_mask (dense x mask)
+    "target_sparsity": float,
+    "actual_sparsity": float,  # from the masks, over prunable weights
+    "seed": int,
+    "status": str,
+    "error": str,
+    "test_acc": float,  # fraction in [0, 1]
+    "test_loss": float,
+    "val_acc": float,
+    "val_loss": float,
+    "epochs": int,
+    "steps": int,
+    "train_flops": float,  # FLOPs (2 x MACs) over all training steps
+    "inference_flops": float,  # FLOPs of one forward pass of one example
+    "train_flops_rel_dense": float,
+    "inference_flops_rel_dense": float,
+    "params_total": int,  # all parameters (weights, biases, norms)
+    "params_nonzero": int,  # parameters not removed by a mask
+    "train_wall_s": float,  # seconds of Trainer.fit
+    "infer_ms": float,  # median milliseconds of one forward pass of infer_batch examples
+    "infer_batch": int,
+    "layer_densities_json": str,  # layer name -> density at the end of training
+    "device": str,
+    "threads": int,  # torch intra-op threads of this job
+    "parallel_jobs": int,  # jobs the scheduler could run at once (wall-clock context)
+    "torch_version": str,
+    "package_version": str,
+    "git_sha": str,
+    "git_dirty": bool,
+    "spec_hash": str,
+    "started_at": str,
+    "finished_at": str,
+}
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def git_info(cwd: str | Path | None = None) -> tuple[str, bool]:
+    """(commit sha, whether the work tree has uncommitted changes); ("unknown", False) outside
+    a git checkout."""
+    cwd = cwd or Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return sha, bool(dirty)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", False
+
+
+def provenance() -> dict[str, Any]:
+    """Environment columns shared by every record."""
+    import torch
+
+    from sparsebench import __version__
+
+    sha, dirty = git_info()
+    return {
+        "torch_version": torch.__version__,
+        "package_version": __version__,
+        "git_sha": sha,
+        "git_dirty": dirty,
+        "host": platform.node(),
+    }
+
+
+def write_json_atomic(path: str | Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file in the same folder and an
+    atomic ``os.replace``: readers see the old file or the complete new one, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True, default=_json_default)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    with open(path) as f:
+        return json.load(f)

@@ -1,0 +1,206 @@
+"""Method registry: every method is a class with a typed ``Params`` dataclass, found by name.
+
+``@register("rigl", pillar="dst")`` on a class makes it available to specs as ``methods: {rigl: ...}``.
+Third-party packages add methods through the ``sparsebench.methods`` entry-point group; each entry
+point names a module that is imported (its ``@register`` calls do the rest).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import types
+import typing
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+PILLARS = ("dst", "pruning", "merging", "sae", "hessian", "kernels")
+
+# Modules that hold the built-in methods; imported lazily by `load_builtin_methods`.
+_BUILTIN_MODULES = (
+    "sparsebench.methods.dst.dense",
+    "sparsebench.methods.dst.static",
+    "sparsebench.methods.dst.set",
+    "sparsebench.methods.dst.rigl",
+    "sparsebench.methods.pruning.magnitude",
+    "sparsebench.methods.pruning.gmp",
+    "sparsebench.methods.pruning.snip",
+)
+
+
+class RegistryError(ValueError):
+    """A method name or parameter that the registry does not know or cannot accept."""
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """A registered method: its name, pillar, class and parameter dataclass."""
+
+    name: str
+    pillar: str
+    cls: type
+    params_cls: type
+    source: str  # the paper the method follows, taken from the class docstring's "Source:" line
+    sparse: bool  # False only for the dense baseline: it ignores the sparsity axis of a spec
+
+    def param_fields(self) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(self.params_cls))
+
+
+_REGISTRY: dict[str, MethodInfo] = {}
+_loaded = False
+
+
+def register(name: str, pillar: str, sparse: bool = True):
+    """Class decorator: register a method under ``name`` in ``pillar``.
+
+    The class must define a nested ``Params`` dataclass whose fields all have defaults (the
+    published defaults of the method). Raises ``RegistryError`` on a duplicate name, an unknown
+    pillar or a ``Params`` that is not a dataclass.
+    """
+    if pillar not in PILLARS:
+        raise RegistryError(f"unknown pillar {pillar!r} for method {name!r}; allowed: {PILLARS}")
+
+    def deco(cls: type) -> type:
+        params_cls = getattr(cls, "Params", None)
+        if params_cls is None or not dataclasses.is_dataclass(params_cls):
+            raise RegistryError(f"method {name!r}: class {cls.__name__} needs a Params dataclass")
+        for f in dataclasses.fields(params_cls):
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise RegistryError(f"method {name!r}: parameter {f.name!r} needs a default")
+        if name in _REGISTRY and _REGISTRY[name].cls is not cls:
+            raise RegistryError(f"method {name!r} is registered twice")
+        _REGISTRY[name] = MethodInfo(name, pillar, cls, params_cls, _source_of(cls), sparse)
+        cls.method_name = name
+        return cls
+
+    return deco
+
+
+def _source_of(cls: type) -> str:
+    """The docstring's ``Source:`` paragraph (up to the next blank line), on one line."""
+    lines = [ln.strip() for ln in (cls.__doc__ or "").splitlines()]
+    for i, line in enumerate(lines):
+        if line.startswith("Source:"):
+            para = [line[len("Source:") :].strip()]
+            for nxt in lines[i + 1 :]:
+                if not nxt:
+                    break
+                para.append(nxt)
+            return " ".join(para)
+    return ""
+
+
+def load_builtin_methods() -> None:
+    """Import the built-in method modules and third-party entry points (once)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for mod in _BUILTIN_MODULES:
+        importlib.import_module(mod)
+    for ep in entry_points(group="sparsebench.methods"):
+        ep.load()
+
+
+def all_methods() -> dict[str, MethodInfo]:
+    load_builtin_methods()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def get_method(name: str) -> MethodInfo:
+    """Return the registered method ``name``; ``RegistryError`` lists the known names if absent."""
+    methods = all_methods()
+    if name not in methods:
+        raise RegistryError(f"unknown method {name!r}; registered methods: {sorted(methods)}")
+    return methods[name]
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    """Whether ``value`` (from YAML) fits the dataclass annotation ``tp``."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return value in typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def describe_type(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(describe_type(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def build_params(name: str, raw: dict[str, Any] | None, where: str = "") -> Any:
+    """Build the ``Params`` of method ``name`` from a plain dict, checking names and types.
+
+    ``where`` prefixes error messages (e.g. ``"spec.yaml: methods.rigl"``). Raises
+    ``RegistryError`` naming the parameter, the bad value and what is allowed.
+    """
+    info = get_method(name)
+    raw = dict(raw or {})
+    hints = typing.get_type_hints(info.params_cls)
+    fields = {f.name: f for f in info.param_fields()}
+    prefix = f"{where}: " if where else ""
+    for key, value in raw.items():
+        if key not in fields:
+            allowed = ", ".join(sorted(fields)) or "(no parameters)"
+            raise RegistryError(
+                f"{prefix}unknown parameter {key!r} for method {name!r}; allowed: {allowed}"
+            )
+        if not _type_ok(value, hints[key]):
+            raise RegistryError(
+                f"{prefix}parameter {key!r} of method {name!r} has value {value!r} "
+                f"({type(value).__name__}); expected {describe_type(hints[key])}"
+            )
+    params = info.params_cls(**raw)
+    check = getattr(params, "validate", None)
+    if check is not None:
+        try:
+            check()
+        except ValueError as e:
+            raise RegistryError(f"{prefix}method {name!r}: {e}") from None
+    return params
+
+
+def params_to_dict(params: Any) -> dict[str, Any]:
+    return dataclasses.asdict(params)
+
+
+def non_default_params(params: Any) -> dict[str, Any]:
+    """The parameters that differ from the method's defaults (the identity of a setting)."""
+    out = {}
+    for f in dataclasses.fields(params):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        value = getattr(params, f.name)
+        if value != default:
+            out[f.name] = value
+    return out
+
+
+def setting_id(params: Any) -> str:
+    """Short stable id of a parameter setting, as in open_lth: ``default`` when every parameter
+    is at its default, else a hash of the non-default values. A new parameter added later with a
+    no-op default therefore keeps old results' identity."""
+    nd = non_default_params(params)
+    if not nd:
+        return "default"
+    blob = json.dumps(nd, sort_keys=True, default=str).encode()
+    return "p" + hashlib.sha1(blob).hexdigest()[:10]

@@ -1,0 +1,51 @@
+# Spec loading and validation (before any job starts) and job expansion.
+import json
+import sys
+
+from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load, validate
+
+
+def _load_spec():
+    cli_files = [str(f) for f in workflow.overwrite_configfiles]
+    try:
+        if cli_files:
+            # --configfile given: `config` holds it (merged with any --config overrides).
+            return validate(dict(config), source=", ".join(cli_files))
+        return load(DEFAULT_SPEC)
+    except SpecError as e:
+        sys.exit(f"sparsebench: invalid spec: {e}")
+
+
+SPEC = _load_spec()
+BENCH = SPEC.benchmark
+JOBS = {job.record_path: job for job in SPEC.jobs()}
+SPEC_FILE = (
+    str(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else str(DEFAULT_SPEC)
+)
+THREADS = SPEC.data["threads"]
+PARALLEL_JOBS = max(1, workflow.cores // THREADS) if isinstance(workflow.cores, int) else 1
+RECORDS = sorted(JOBS)
+LEADERBOARD_FILES = expand(
+    "results/{bench}/{name}",
+    bench=BENCH,
+    name=["leaderboard.md", "leaderboard.csv", "leaderboard.json", "pareto.png"],
+)
+
+
+def job_of(wildcards):
+    path = (
+        f"results/{wildcards.bench}/runs/{wildcards.task}/{wildcards.method}/"
+        f"{wildcards.setting}/s{wildcards.sparsity}/seed{wildcards.seed}/record.json"
+    )
+    if path not in JOBS:
+        raise ValueError(f"{path} is not a job of benchmark {BENCH!r} in {SPEC_FILE}")
+    return JOBS[path]
+
+
+def job_params(wildcards):
+    """What defines a job's result: its method parameters and its task. A change to either
+    reruns just the affected jobs (Snakemake's `params` rerun trigger)."""
+    job = job_of(wildcards)
+    task = SPEC.task(job.task)
+    return json.dumps({"method_params": json.loads(job.params_json), "task": task},
+                      sort_keys=True)

@@ -1,0 +1,244 @@
+"""Benchmark specs: load a YAML file, validate it, expand it into jobs.
+
+Validation happens before any job starts, in two layers: the JSON Schema ``spec.schema.json``
+(structure, types, ranges; defaults filled in) and the registries (method names, method
+parameter names and types, dataset and model names). Every error is a :class:`SpecError` whose
+message names the spec file, the key path, the bad value and what is allowed.
+
+Grids: a list value in a method's parameters expands into one setting per value (cartesian
+product over parameters); ``sparsities`` and ``seeds`` expand too. The dense baseline ignores
+``sparsities`` and runs once per (task, seed) at sparsity 0.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from sparsebench.suite import registry
+
+SCHEMA_PATH = Path(__file__).with_name("spec.schema.json")
+BENCHMARKS_DIR = Path(__file__).with_name("benchmarks")
+DEFAULT_SPEC = BENCHMARKS_DIR / "default.yaml"
+
+
+class SpecError(ValueError):
+    """An invalid benchmark spec; the message names file, key path, value and what is allowed."""
+
+
+def _schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def _keypath(path) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _subschema(schema: dict[str, Any], path) -> dict[str, Any]:
+    """The schema node that describes the value at ``path`` (for listing allowed keys)."""
+    node = schema
+    for part in path:
+        if isinstance(part, int):
+            node = node.get("items", {})
+        elif part in node.get("properties", {}):
+            node = node["properties"][part]
+        else:
+            node = node.get("additionalProperties", {}) or {}
+    return node
+
+
+def _format_schema_error(err: jsonschema.ValidationError, schema: dict, source: str) -> str:
+    where = _keypath(err.absolute_path)
+    if err.validator == "additionalProperties":
+        allowed = sorted(_subschema(schema, err.absolute_path).get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        bad = ", ".join(repr(e) for e in extra)
+        return f"{source}: {where}: unknown key {bad}; allowed keys: {', '.join(allowed)}"
+    if err.validator == "required":
+        return f"{source}: {where}: {err.message}"
+    if err.validator == "enum":
+        allowed = ", ".join(repr(v) for v in err.validator_value)
+        return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}"
+    return f"{source}: {where}: value {err.instance!r} is invalid: {err.message}"
+
+
+def _fill_defaults(value: Any, schema: dict[str, Any]) -> Any:
+    """Fill JSON Schema ``default``s into objects (recursively), as Snakemake's validate does."""
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for key, sub in props.items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+        extra = schema.get("additionalProperties")
+        for key, v in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else {})
+            value[key] = _fill_defaults(v, sub)
+    return value
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One parameter setting of a method: its params dataclass and its id."""
+
+    method: str
+    params: Any
+    setting_id: str
+
+    @property
+    def params_json(self) -> str:
+        return json.dumps(registry.params_to_dict(self.params), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (task, method setting, sparsity, seed) cell of a benchmark."""
+
+    benchmark: str
+    task: str
+    pillar: str
+    method: str
+    setting_id: str
+    params_json: str
+    sparsity: float
+    seed: int
+
+    @property
+    def sparsity_tag(self) -> str:
+        return f"{self.sparsity:g}"
+
+    @property
+    def record_path(self) -> str:
+        return (
+            f"results/{self.benchmark}/runs/{self.task}/{self.method}/{self.setting_id}/"
+            f"s{self.sparsity_tag}/seed{self.seed}/record.json"
+        )
+
+
+@dataclass
+class Spec:
+    """A validated spec (defaults filled in) and where it came from."""
+
+    data: dict[str, Any]
+    source: str
+
+    @property
+    def benchmark(self) -> str:
+        return self.data["benchmark"]
+
+    @property
+    def hash(self) -> str:
+        blob = json.dumps(self.data, sort_keys=True).encode()
+        return hashlib.sha1(blob).hexdigest()[:12]
+
+    def task(self, name: str) -> dict[str, Any]:
+        if name not in self.data["tasks"]:
+            raise SpecError(
+                f"{self.source}: tasks: unknown task {name!r}; "
+                f"tasks in this spec: {sorted(self.data['tasks'])}"
+            )
+        return self.data["tasks"][name]
+
+    def settings(self, method: str) -> list[Setting]:
+        """Expand the parameter grid of ``method`` (a list value is a grid axis)."""
+        raw = self.data["methods"][method] or {}
+        keys = sorted(raw)
+        axes = [raw[k] if isinstance(raw[k], list) else [raw[k]] for k in keys]
+        out = []
+        for values in itertools.product(*axes):
+            params = registry.build_params(
+                method, dict(zip(keys, values)), where=f"{self.source}: methods.{method}"
+            )
+            out.append(Setting(method, params, registry.setting_id(params)))
+        return out
+
+    def jobs(self) -> list[Job]:
+        """Every job of the benchmark, in a stable order."""
+        out = []
+        for task in self.data["tasks"]:
+            for method in self.data["methods"]:
+                info = registry.get_method(method)
+                sparsities = self.data["sparsities"] if info.sparse else [0.0]
+                for setting in self.settings(method):
+                    for s in sparsities:
+                        for seed in self.data["seeds"]:
+                            out.append(
+                                Job(self.benchmark, task, info.pillar, method,
+                                    setting.setting_id, setting.params_json, float(s), seed)
+                            )
+        return out
+
+
+def validate(data: Any, source: str = "<spec>") -> Spec:
+    """Validate a spec given as a parsed YAML mapping; return it with defaults filled in.
+
+    Raises: SpecError naming ``source``, the key path, the bad value and what is allowed.
+    """
+    schema = _schema()
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: the spec must be a YAML mapping, got {type(data).__name__}")
+    data = copy.deepcopy(data)
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(data),
+        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
+    if errors:
+        raise SpecError(_format_schema_error(errors[0], schema, source))
+    data = _fill_defaults(data, schema)
+    _check_registries(data, source)
+    spec = Spec(data, source)
+    for method in data["methods"]:
+        spec.settings(method)  # builds every Params: names and types checked here
+    if any(registry.get_method(m).sparse for m in data["methods"]) and not data["sparsities"]:
+        raise SpecError(f"{source}: sparsities: sparse methods need at least one sparsity")
+    return spec
+
+
+def _check_registries(data: dict[str, Any], source: str) -> None:
+    from sparsebench.suite.data import DATASETS
+    from sparsebench.suite.models import MODELS
+
+    for name, task in data["tasks"].items():
+        if task["dataset"] not in DATASETS:
+            raise SpecError(
+                f"{source}: tasks.{name}.dataset: unknown dataset {task['dataset']!r}; "
+                f"allowed: {', '.join(sorted(DATASETS))}"
+            )
+        if task["model"] not in MODELS:
+            raise SpecError(
+                f"{source}: tasks.{name}.model: unknown model {task['model']!r}; "
+                f"allowed: {', '.join(sorted(MODELS))}"
+            )
+    known = registry.all_methods()
+    for method, params in data["methods"].items():
+        if method not in known:
+            raise SpecError(
+                f"{source}: methods.{method}: unknown method {method!r}; "
+                f"registered methods: {', '.join(known)}"
+            )
+        if params is not None and not isinstance(params, dict):
+            raise SpecError(f"{source}: methods.{method}: expected a mapping of parameters")
+
+
+def load(path: str | Path) -> Spec:
+    """Read and validate the YAML spec at ``path``.
+
+    Raises: SpecError if the file is missing, is not valid YAML, or fails validation."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: spec file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    try:
+        return validate(data, str(path))
+    except registry.RegistryError as e:
+        raise SpecError(str(e)) from None
