@@ -1,0 +1,176 @@
+"""Model registry: the classic architectures of the sparse-training and pruning literature.
+
+``build_model(name, input_shape, num_classes)`` builds a fresh, randomly initialised model (its
+init follows the global torch seed). ``input_shape`` is per example, as in
+`sparsebench.suite.data.DataSplits.input_shape`: ``(C, H, W)`` for images, ``(L,)`` for 1-D data.
+A model that cannot take the input raises ``ValueError`` saying why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _check_shape(input_shape: tuple[int, ...], num_classes: int) -> tuple[int, ...]:
+    shape = tuple(int(s) for s in input_shape)
+    if not shape or any(s < 1 for s in shape):
+        raise ValueError(f"input_shape must be non-empty positive sizes, got {input_shape!r}")
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    return shape
+
+
+class LeNet300100(nn.Module):
+    """LeNet-300-100: the fully connected MNIST net of LeCun et al. (1998), "Gradient-based
+    learning applied to document recognition", as pruned by Han et al. (2015), "Learning both
+    weights and connections for efficient neural networks" and Lee et al. (2019), "SNIP".
+
+    flatten -> Linear(in, 300) -> ReLU -> Linear(300, 100) -> ReLU -> Linear(100, classes).
+    Input ``(N, *input_shape)`` of any shape, output logits ``(N, num_classes)``.
+    266,610 parameters on 28x28 MNIST.
+    """
+
+    def __init__(self, in_features: int, num_classes: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, 300)
+        self.fc2 = nn.Linear(300, 100)
+        self.fc3 = nn.Linear(100, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.flatten(x, 1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+class LeNet5(nn.Module):
+    """LeNet-5 in the Caffe variant used by pruning papers (Han et al. 2015, Table 1: 431K
+    parameters; Lee et al. 2019, "SNIP"), after LeCun et al. (1998).
+
+    conv(C, 20, 5) -> ReLU -> maxpool 2 -> conv(20, 50, 5) -> ReLU -> maxpool 2 -> flatten ->
+    fc(50*h*w, 500) -> ReLU -> fc(500, classes). (Caffe's ``lenet.prototxt`` itself has no ReLU
+    after the convolutions; we add one, as most PyTorch reimplementations do.)
+    Input ``(N, C, H, W)`` with H, W >= 16; output ``(N, num_classes)``. 431,080 parameters on
+    28x28 MNIST (flattened features 50*4*4 = 800).
+    """
+
+    def __init__(self, in_channels: int, height: int, width: int, num_classes: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 20, 5)
+        self.conv2 = nn.Conv2d(20, 50, 5)
+        h, w = (((s - 4) // 2 - 4) // 2 for s in (height, width))  # two (valid conv 5, pool 2)
+        self.fc1 = nn.Linear(50 * h * w, 500)
+        self.fc2 = nn.Linear(500, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
+
+
+class _BasicBlock(nn.Module):
+    """Two 3x3 conv-BN layers with an option-A (parameter-free) shortcut, He et al. 2016 Sec 4.2.
+
+    When the block downsamples, the shortcut subsamples by 2 and zero-pads the new channels, so
+    ResNet-20 keeps exactly the parameter count of the paper (0.27M).
+    """
+
+    def __init__(self, in_planes: int, planes: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.stride = stride
+        extra = planes - in_planes
+        self.pad = (extra // 2, extra - extra // 2)
+
+    def shortcut(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stride != 1:
+            x = x[:, :, :: self.stride, :: self.stride]
+        if self.pad != (0, 0):
+            x = F.pad(x, (0, 0, 0, 0, *self.pad))
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class ResNetCifar(nn.Module):
+    """CIFAR ResNet of He et al. (2016), "Deep residual learning for image recognition", Sec 4.2.
+
+    conv3x3(C, 16) -> BN -> ReLU -> 3 stages of ``n`` basic blocks (16, 32, 64 channels; the
+    first block of stages 2 and 3 has stride 2) -> global average pool -> Linear(64, classes).
+    Depth is ``6n + 2``; n = 3 is ResNet-20 (0.27M parameters, 269,722 for 10 classes).
+    Shortcuts are option A (identity, zero-padded when channels grow). Convs use He (Kaiming)
+    normal init, as in the paper; BN starts at weight 1, bias 0.
+    Input ``(N, C, H, W)`` with H, W >= 8; output ``(N, num_classes)``.
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, blocks_per_stage: int = 3) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        layers: list[nn.Module] = []
+        in_planes = 16
+        for planes, stride in ((16, 1), (32, 2), (64, 2)):
+            for i in range(blocks_per_stage):
+                layers.append(_BasicBlock(in_planes, planes, stride if i == 0 else 1))
+                in_planes = planes
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(64, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers(F.relu(self.bn1(self.conv1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _image_shape(name: str, shape: tuple[int, ...], min_hw: int) -> tuple[int, int, int]:
+    if len(shape) != 3:
+        raise ValueError(
+            f"{name} needs image input (C, H, W), got input_shape {shape} "
+            f"({len(shape)}-D); use a fully connected model such as lenet300_100"
+        )
+    c, h, w = shape
+    if h < min_hw or w < min_hw:
+        raise ValueError(f"{name} needs H, W >= {min_hw}, got input_shape {shape}")
+    return c, h, w
+
+
+def lenet300_100(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    shape = _check_shape(input_shape, num_classes)
+    return LeNet300100(math.prod(shape), num_classes)
+
+
+def lenet5(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    # 16 is the smallest side that leaves a 1x1 map after two (5x5 valid conv, 2x2 pool) stages.
+    c, h, w = _image_shape("lenet5", _check_shape(input_shape, num_classes), min_hw=16)
+    return LeNet5(c, h, w, num_classes)
+
+
+def resnet20(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    # Two stride-2 stages: 8x8 still leaves a 2x2 map for the last stage.
+    c, _, _ = _image_shape("resnet20", _check_shape(input_shape, num_classes), min_hw=8)
+    return ResNetCifar(c, num_classes, blocks_per_stage=3)
+
+
+MODELS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
+    "lenet300_100": lenet300_100,
+    "lenet5": lenet5,
+    "resnet20": resnet20,
+}
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """Build a fresh model ``name`` for per-example ``input_shape`` and ``num_classes`` outputs."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; allowed: {', '.join(sorted(MODELS))}")
+    return MODELS[name](tuple(input_shape), num_classes)

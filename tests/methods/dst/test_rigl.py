@@ -1,0 +1,49 @@
+import math
+
+import pytest
+import torch
+
+from sparsebench.methods.dst.rigl import RigL
+from tests.methods.conftest import MaskWatcher
+
+
+def test_update_mask_drops_smallest_magnitude_and_grows_largest_gradient():
+    w = torch.tensor([[0.5, -3.0, 0.0, 0.0], [0.1, 2.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, False, False], [True, True, False, False]])
+    g = torch.tensor([[9.0, 0.0, 1.0, 5.0], [0.0, 0.0, 7.0, 0.2]])
+    new = RigL.update_mask(w, mask, g, fraction=0.5)  # drop 2 of 4 active, grow 2
+    # Kept: |-3| and |2|. Dropped: 0.5, 0.1. Grown among the rest by |g|: 9 (just dropped) and 7.
+    assert new.tolist() == [[True, True, False, False], [False, True, True, False]]
+    assert int(new.sum()) == int(mask.sum())
+
+
+def test_cosine_drop_fraction_schedule():
+    r = RigL(RigL.Params(), 0.9, ctx=type("C", (), {"total_steps": 1000})())
+    assert r.t_end == 750
+    assert r.drop_fraction_at(0) == pytest.approx(0.3)
+    assert r.drop_fraction_at(375) == pytest.approx(0.15)
+    assert r.drop_fraction_at(750) == pytest.approx(0.0)
+    assert [s for s in range(0, 1001, 100) if r.is_update_step(s)] == [100, 200, 300, 400,
+                                                                        500, 600, 700]
+
+
+def test_rigl_keeps_exact_layer_nnz_after_every_update(tiny_fit):
+    watcher = MaskWatcher()
+    module, method = tiny_fit("rigl", 0.8, {"update_interval": 3}, epochs=4,
+                              extra_callbacks=[watcher])
+    first = watcher.nnz[0]
+    assert all(n == first for n in watcher.nnz)
+    # The topology did change (otherwise the test could not tell RigL from static).
+    changes = sum(not torch.equal(a["2"], b["2"]) for a, b in zip(watcher.masks, watcher.masks[1:]))
+    assert changes >= 3
+    assert module.masks.sparsity() == pytest.approx(0.8, abs=0.01)
+
+
+def test_rigl_counts_dense_gradient_flops(tiny_fit):
+    module, m = tiny_fit("rigl", 0.8, {"update_interval": 3}, epochs=4)
+    flops = m.ctx.flops
+    f_s = sum(f * d for f, d in zip(flops.dense_flops.values(), module.masks.densities().values()))
+    n_updates = sum(m.is_update_step(s) for s in range(1, m.ctx.total_steps + 1))
+    expected = 3 * f_s * 160 * 4 + n_updates * 16 * (flops.f_dense - f_s)
+    assert flops.total == pytest.approx(expected)
+    assert not math.isclose(flops.total, 3 * f_s * 160 * 4)

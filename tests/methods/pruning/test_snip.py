@@ -1,0 +1,44 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from sparsebench.methods.pruning.snip import SNIP
+from sparsebench.suite.lit import ClassificationModule
+from sparsebench.suite.masks import topk_mask
+from tests.methods.conftest import RECIPE, make_ctx
+
+
+def test_snip_keeps_top_abs_grad_times_weight():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 4, bias=False), nn.ReLU(), nn.Linear(4, 3, bias=False))
+    x, y = torch.randn(32, 12), torch.randint(0, 3, (32,))
+    data = TensorDataset(x, y)
+    ctx = make_ctx(model, data=data)
+    snip = SNIP(SNIP.Params(batch_size=8), 0.75, ctx)
+    # The saliency batch SNIP will draw, computed with a copy of its generator.
+    idx = torch.randperm(32, generator=torch.Generator().manual_seed(0))[:8]
+    xb, yb = x[idx], y[idx]
+    grads = torch.autograd.grad(F.cross_entropy(model(xb), yb), [model[0].weight, model[2].weight])
+    sal = torch.cat([(g * w).abs().reshape(-1) for g, w in zip(grads, [model[0].weight,
+                                                                        model[2].weight])])
+    expected = topk_mask(sal, 15)  # 25% of 60 weights
+
+    module = ClassificationModule(model, 3, RECIPE, 10)
+    snip.on_fit_start(None, module)
+    got = torch.cat([module.masks.masks[n].reshape(-1) for n in ("0", "2")])
+    assert torch.equal(got, expected)
+    assert module.masks.sparsity() == pytest.approx(0.75)
+
+
+def test_snip_prunes_a_weight_with_zero_saliency():
+    model = nn.Sequential(nn.Linear(2, 2, bias=False))
+    with torch.no_grad():  # w = 0 -> |g * w| = 0, whatever g is
+        model[0].weight.copy_(torch.tensor([[0.0, 1.0], [2.0, 0.0]]))
+    data = TensorDataset(torch.ones(4, 2), torch.zeros(4, dtype=torch.long))
+    ctx = make_ctx(model, data=data, input_shape=(2,))
+    snip = SNIP(SNIP.Params(), 0.5, ctx)
+    module = ClassificationModule(model, 2, RECIPE, 10)
+    snip.on_fit_start(None, module)
+    assert module.masks.masks["0"].tolist() == [[False, True], [True, False]]
