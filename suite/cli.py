@@ -1,11 +1,11 @@
 """The ``sparsebench`` command line.
 
-    sparsebench run <pillar> --spec FILE --task T --method M [--params JSON] --sparsity S
-                    --seed N --out record.json [--threads K] [--parallel-jobs J]
-    sparsebench aggregate results/<bench>      # records -> validated runs.parquet
-    sparsebench leaderboard results/<bench>    # records -> leaderboard files, no job rerun
-    sparsebench methods                        # registered methods, parameters, defaults, sources
-    sparsebench validate FILE                  # check a spec, list its jobs
+sparsebench run <pillar> [--spec FILE] --task T --method M [--params JSON] --sparsity S
+                --seed N --out record.json [--threads K] [--parallel-jobs J]
+sparsebench aggregate results/<bench>      # records -> validated runs.parquet
+sparsebench leaderboard results/<bench>    # records -> leaderboard files, no job rerun
+sparsebench methods                        # registered methods, parameters, defaults, sources
+sparsebench validate FILE                  # check a spec, list its jobs
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import typing
 from pathlib import Path
@@ -24,6 +25,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sparsebench.suite.run import JobArgs, run_and_record
     from sparsebench.suite.spec import load
 
+    if not args.spec:
+        raise SystemExit("sparsebench run: give --spec FILE (or set SPARSEBENCH_SPEC)")
     spec = load(args.spec)
     info = registry.get_method(args.method)
     if info.pillar != args.pillar:
@@ -34,13 +37,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         params = json.loads(args.params)
     except json.JSONDecodeError as e:
         raise SystemExit(f"--params is not valid JSON ({e}): {args.params!r}") from None
-    job = JobArgs(args.task, args.method, params, args.sparsity, args.seed, args.threads,
-                  args.parallel_jobs)
+    job = JobArgs(
+        args.task, args.method, params, args.sparsity, args.seed, args.threads, args.parallel_jobs
+    )
     record = run_and_record(spec, job, args.out)
     acc = record.get("test_acc")
     summary = f"test_acc={acc:.4f}" if acc is not None else f"error={record['error']}"
-    print(f"[{record['status']}] {args.task} {args.method} s={args.sparsity:g} "
-          f"seed={args.seed}: {summary} -> {args.out}")
+    print(
+        f"[{record['status']}] {args.task} {args.method} s={args.sparsity:g} "
+        f"seed={args.seed}: {summary} -> {args.out}"
+    )
     return 0
 
 
@@ -95,7 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run one job and write its record")
     r.add_argument("pillar", choices=["dst", "pruning"])
-    r.add_argument("--spec", required=True, help="benchmark spec (YAML)")
+    r.add_argument(
+        "--spec",
+        default=os.environ.get("SPARSEBENCH_SPEC"),
+        help="benchmark spec (YAML); default $SPARSEBENCH_SPEC (set by the Snakefile)",
+    )
     r.add_argument("--task", required=True)
     r.add_argument("--method", required=True)
     r.add_argument("--params", default="{}", help="method parameters as JSON")
@@ -103,8 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, required=True)
     r.add_argument("--out", required=True, help="record path (written atomically)")
     r.add_argument("--threads", type=int, default=1, help="torch threads for this job")
-    r.add_argument("--parallel-jobs", type=int, default=1,
-                   help="jobs running at once (recorded with the wall-clock figures)")
+    r.add_argument(
+        "--parallel-jobs",
+        type=int,
+        default=int(os.environ.get("SPARSEBENCH_PARALLEL_JOBS", "1")),
+        help="jobs running at once (recorded with the wall-clock figures)",
+    )
     r.set_defaults(func=_cmd_run)
 
     a = sub.add_parser("aggregate", help="validate the records into runs.parquet")

@@ -50,9 +50,7 @@ def layer_flops(model: nn.Module, input_shape: tuple[int, ...]) -> dict[str, int
     return out
 
 
-def sparse_forward_flops(
-    dense_flops: Mapping[str, int], densities: Mapping[str, float]
-) -> float:
+def sparse_forward_flops(dense_flops: Mapping[str, int], densities: Mapping[str, float]) -> float:
     """Forward FLOPs of one example with each layer's dense FLOPs scaled by its density."""
     return float(sum(f * densities.get(n, 1.0) for n, f in dense_flops.items()))
 

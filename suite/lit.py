@@ -105,8 +105,9 @@ class ClassificationModule(pl.LightningModule):
     Raises (during fit): DivergedError when a training loss is NaN or infinite.
     """
 
-    def __init__(self, model: nn.Module, num_classes: int, recipe: dict[str, Any],
-                 total_steps: int):
+    def __init__(
+        self, model: nn.Module, num_classes: int, recipe: dict[str, Any], total_steps: int
+    ):
         super().__init__()
         self.model = model
         self.masks = MaskStore(model)
@@ -161,12 +162,16 @@ class ClassificationModule(pl.LightningModule):
         r = self.recipe
         if r.get("optimizer", "sgd") == "sgd":
             opt = torch.optim.SGD(
-                self.parameters(), lr=r["lr"], momentum=r.get("momentum", 0.9),
-                nesterov=r.get("nesterov", False), weight_decay=r.get("weight_decay", 0.0),
+                self.parameters(),
+                lr=r["lr"],
+                momentum=r.get("momentum", 0.9),
+                nesterov=r.get("nesterov", False),
+                weight_decay=r.get("weight_decay", 0.0),
             )
         else:
-            opt = torch.optim.Adam(self.parameters(), lr=r["lr"],
-                                   weight_decay=r.get("weight_decay", 0.0))
+            opt = torch.optim.Adam(
+                self.parameters(), lr=r["lr"], weight_decay=r.get("weight_decay", 0.0)
+            )
         self.masks.attach(opt)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(r, self.total_steps))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

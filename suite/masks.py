@@ -196,8 +196,9 @@ class MaskStore:
         old = self.masks[name]
         if mask is not None:
             if mask.shape != w.shape:
-                raise ValueError(f"mask for {name} has shape {tuple(mask.shape)}, "
-                                 f"weight has {tuple(w.shape)}")
+                raise ValueError(
+                    f"mask for {name} has shape {tuple(mask.shape)}, weight has {tuple(w.shape)}"
+                )
             mask = mask.to(device=w.device, dtype=torch.bool)
             w.mul_(mask)
         self.masks[name] = mask

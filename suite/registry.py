@@ -1,6 +1,7 @@
 """Method registry: every method is a class with a typed ``Params`` dataclass, found by name.
 
-``@register("rigl", pillar="dst")`` on a class makes it available to specs as ``methods: {rigl: ...}``.
+``@register("rigl", pillar="dst")`` on a class makes it available to specs as
+``methods: {rigl: ...}``.
 Third-party packages add methods through the ``sparsebench.methods`` entry-point group; each entry
 point names a module that is imported (its ``@register`` calls do the rest).
 """

@@ -93,8 +93,9 @@ def run_classification(spec: Spec, job: JobArgs) -> dict[str, Any]:
     model = build_model(task["model"], data.input_shape, data.num_classes)
 
     loader_gen = torch.Generator().manual_seed(job.seed)
-    train_loader = DataLoader(data.train, batch_size=recipe["batch_size"], shuffle=True,
-                              generator=loader_gen)
+    train_loader = DataLoader(
+        data.train, batch_size=recipe["batch_size"], shuffle=True, generator=loader_gen
+    )
     eval_bs = recipe["eval_batch_size"]
     val_loader = DataLoader(data.val, batch_size=eval_bs)
     test_loader = DataLoader(data.test, batch_size=eval_bs)
@@ -104,17 +105,27 @@ def run_classification(spec: Spec, job: JobArgs) -> dict[str, Any]:
     dense_flops = layer_flops(model, data.input_shape)
     counter = TrainFlopsCounter(dense_flops)
     ctx = RunContext(
-        total_steps=total_steps, steps_per_epoch=steps_per_epoch, epochs=recipe["epochs"],
-        batch_size=recipe["batch_size"], seed=job.seed,
-        generator=torch.Generator().manual_seed(10_000 + job.seed), flops=counter,
+        total_steps=total_steps,
+        steps_per_epoch=steps_per_epoch,
+        epochs=recipe["epochs"],
+        batch_size=recipe["batch_size"],
+        seed=job.seed,
+        generator=torch.Generator().manual_seed(10_000 + job.seed),
+        flops=counter,
         train_data=data.train,
     )
     module = ClassificationModule(model, data.num_classes, recipe, total_steps)
     method = info.cls(params, job.sparsity if info.sparse else 0.0, ctx)
     trainer = pl.Trainer(
-        max_epochs=recipe["epochs"], accelerator="auto", devices=1, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, deterministic=True,
+        max_epochs=recipe["epochs"],
+        accelerator="auto",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        deterministic=True,
         callbacks=[FlopsCallback(counter), method],
     )
     t0 = time.perf_counter()
@@ -170,11 +181,20 @@ def base_record(spec: Spec, job: JobArgs) -> dict[str, Any]:
     setting = Setting(job.method, params, registry.setting_id(params))
     out = {c: None for c in rec.COMMON_COLUMNS}
     out.update(
-        benchmark=spec.benchmark, pillar=info.pillar, task=job.task, dataset=task["dataset"],
-        model=task["model"], method=job.method, params_json=setting.params_json,
-        setting_id=setting.setting_id, execution=spec.data["execution"],
-        target_sparsity=job.sparsity if info.sparse else 0.0, seed=job.seed,
-        threads=job.threads, parallel_jobs=job.parallel_jobs, spec_hash=spec.hash,
+        benchmark=spec.benchmark,
+        pillar=info.pillar,
+        task=job.task,
+        dataset=task["dataset"],
+        model=task["model"],
+        method=job.method,
+        params_json=setting.params_json,
+        setting_id=setting.setting_id,
+        execution=spec.data["execution"],
+        target_sparsity=job.sparsity if info.sparse else 0.0,
+        seed=job.seed,
+        threads=job.threads,
+        parallel_jobs=job.parallel_jobs,
+        spec_hash=spec.hash,
         epochs=task["recipe"]["epochs"],
     )
     out.update(rec.provenance())

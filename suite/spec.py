@@ -170,8 +170,16 @@ class Spec:
                     for s in sparsities:
                         for seed in self.data["seeds"]:
                             out.append(
-                                Job(self.benchmark, task, info.pillar, method,
-                                    setting.setting_id, setting.params_json, float(s), seed)
+                                Job(
+                                    self.benchmark,
+                                    task,
+                                    info.pillar,
+                                    method,
+                                    setting.setting_id,
+                                    setting.params_json,
+                                    float(s),
+                                    seed,
+                                )
                             )
         return out
 

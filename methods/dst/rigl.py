@@ -83,18 +83,22 @@ class RigL(Static):
         fraction = self.drop_fraction_at(step)
         for name, mask in store.masks.items():
             if mask is not None and name in store.dense_grads:
-                store.set_mask(name, self.update_mask(store.weight(name), mask,
-                                                      store.dense_grads[name], fraction))
+                store.set_mask(
+                    name,
+                    self.update_mask(store.weight(name), mask, store.dense_grads[name], fraction),
+                )
         store.dense_grads.clear()
         # Extra cost of the update step: the dense gradient, f_D instead of f_S (Appendix H).
-        f_s = sum(f * d for f, d in zip(self.ctx.flops.dense_flops.values(),
-                                        store.densities().values()))
+        f_s = sum(
+            f * d for f, d in zip(self.ctx.flops.dense_flops.values(), store.densities().values())
+        )
         self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * int(batch[0].shape[0]))
 
     @staticmethod
     @torch.no_grad()
-    def update_mask(weight: torch.Tensor, mask: torch.Tensor, grad: torch.Tensor,
-                    fraction: float) -> torch.Tensor:
+    def update_mask(
+        weight: torch.Tensor, mask: torch.Tensor, grad: torch.Tensor, fraction: float
+    ) -> torch.Tensor:
         """RigL's drop/grow on one layer.
 
         Args:

@@ -54,9 +54,7 @@ class SET(Static):
                 store.set_mask(name, new_mask, reset=grown)
 
     @torch.no_grad()
-    def evolve(
-        self, weight: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def evolve(self, weight: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One SET step on one layer: returns (new mask with the same number of ones, grown
         positions) and writes the regrown weights' initial values into ``weight``.
 

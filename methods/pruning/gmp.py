@@ -48,8 +48,10 @@ class GMP(MaskMethod):
             if self.pruning_frequency < 1:
                 raise ValueError(f"pruning_frequency must be >= 1, got {self.pruning_frequency}")
             if not 0.0 <= self.begin_fraction < self.end_fraction <= 1.0:
-                raise ValueError("need 0 <= begin_fraction < end_fraction <= 1, got "
-                                 f"{self.begin_fraction}, {self.end_fraction}")
+                raise ValueError(
+                    "need 0 <= begin_fraction < end_fraction <= 1, got "
+                    f"{self.begin_fraction}, {self.end_fraction}"
+                )
             if not 0.0 <= self.initial_sparsity < 1.0:
                 raise ValueError(f"initial_sparsity must be in [0, 1), got {self.initial_sparsity}")
 
@@ -77,8 +79,9 @@ class GMP(MaskMethod):
         if s_t is None or s_t <= 0.0:
             return
         store = pl_module.masks
-        densities = layer_densities(store.shapes, 1.0 - s_t, self.params.distribution,
-                                    self.params.dense_first_layer)
+        densities = layer_densities(
+            store.shapes, 1.0 - s_t, self.params.distribution, self.params.dense_first_layer
+        )
         for name, d in densities.items():
             if d >= 1.0:
                 continue

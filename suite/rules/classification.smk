@@ -12,7 +12,6 @@ rule run_job:
         method_params=lambda wc: job_of(wc).params_json,
     threads: THREADS
     shell:
-        "sparsebench run {params.pillar} --spec '" + SPEC_FILE + "' --task {wildcards.task} "
-        "--method {wildcards.method} --params '{params.method_params}' "
-        "--sparsity {wildcards.sparsity} --seed {wildcards.seed} --out {output} "
-        "--threads {threads} --parallel-jobs " + str(PARALLEL_JOBS) + " > {log} 2>&1"
+        "sparsebench run {params.pillar} --task {wildcards.task} --method {wildcards.method} "
+        "--params '{params.method_params}' --sparsity {wildcards.sparsity} "
+        "--seed {wildcards.seed} --out {output} --threads {threads} > {log} 2>&1"

@@ -1,5 +1,6 @@
 # Spec loading and validation (before any job starts) and job expansion.
 import json
+import os
 import sys
 
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load, validate
@@ -25,6 +26,10 @@ SPEC_FILE = (
 THREADS = SPEC.data["threads"]
 PARALLEL_JOBS = max(1, workflow.cores // THREADS) if isinstance(workflow.cores, int) else 1
 RECORDS = sorted(JOBS)
+# Handed to `sparsebench run` through the environment, not the shell string: Snakemake reruns a
+# job whose shell code changed, and neither the spec's path nor --cores changes a job's result.
+os.environ["SPARSEBENCH_SPEC"] = SPEC_FILE
+os.environ["SPARSEBENCH_PARALLEL_JOBS"] = str(PARALLEL_JOBS)
 LEADERBOARD_FILES = expand(
     "results/{bench}/{name}",
     bench=BENCH,

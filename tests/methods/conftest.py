@@ -12,42 +12,67 @@ from sparsebench.suite import registry
 from sparsebench.suite.flops import TrainFlopsCounter, layer_flops
 from sparsebench.suite.lit import ClassificationModule, FlopsCallback, RunContext
 
-RECIPE = {"optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4,
-          "schedule": "cosine", "batch_size": 16}
+RECIPE = {
+    "optimizer": "sgd",
+    "lr": 0.05,
+    "momentum": 0.9,
+    "weight_decay": 5e-4,
+    "schedule": "cosine",
+    "batch_size": 16,
+}
 
 
 def make_ctx(model, total_steps=100, steps_per_epoch=10, data=None, seed=0, input_shape=(12,)):
     flops = TrainFlopsCounter(layer_flops(model, input_shape))
-    return RunContext(total_steps=total_steps, steps_per_epoch=steps_per_epoch,
-                      epochs=total_steps // steps_per_epoch, batch_size=16, seed=seed,
-                      generator=torch.Generator().manual_seed(seed), flops=flops,
-                      train_data=data)
+    return RunContext(
+        total_steps=total_steps,
+        steps_per_epoch=steps_per_epoch,
+        epochs=total_steps // steps_per_epoch,
+        batch_size=16,
+        seed=seed,
+        generator=torch.Generator().manual_seed(seed),
+        flops=flops,
+        train_data=data,
+    )
 
 
 @pytest.fixture
 def tiny_fit():
     """fit(method, sparsity, params=None, epochs=4, extra_callbacks=()) -> (module, method)."""
 
-    def fit(method: str, sparsity: float, params: dict | None = None, epochs: int = 4,
-            extra_callbacks=()):
+    def fit(
+        method: str,
+        sparsity: float,
+        params: dict | None = None,
+        epochs: int = 4,
+        extra_callbacks=(),
+    ):
         pl.seed_everything(0, verbose=False)
         g = torch.Generator().manual_seed(0)
         x = torch.randn(160, 12, generator=g)
         y = (x[:, :3].sum(1) > 0).long() + (x[:, 3] > 1).long()
         data = TensorDataset(x, y)
-        model = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(),
-                              nn.Linear(16, 3))
-        loader = DataLoader(data, batch_size=16, shuffle=True,
-                            generator=torch.Generator().manual_seed(0))
+        model = nn.Sequential(
+            nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 3)
+        )
+        loader = DataLoader(
+            data, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0)
+        )
         total = len(loader) * epochs
         ctx = make_ctx(model, total, len(loader), data)
         info = registry.get_method(method)
         m = info.cls(registry.build_params(method, params or {}), sparsity, ctx)
         module = ClassificationModule(model, 3, RECIPE, total)
-        trainer = pl.Trainer(max_epochs=epochs, accelerator="cpu", logger=False,
-                             enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, num_sanity_val_steps=0,
-                             callbacks=[FlopsCallback(ctx.flops), m, *extra_callbacks])
+        trainer = pl.Trainer(
+            max_epochs=epochs,
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            callbacks=[FlopsCallback(ctx.flops), m, *extra_callbacks],
+        )
         trainer.fit(module, loader)
         return module, m
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from sparsebench.suite.data import (
     DATASETS,
     DatasetNotFoundError,

@@ -56,8 +56,9 @@ def test_topk_and_n_keep():
 
 def _net():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.BatchNorm1d(64),
-                         nn.Linear(64, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.BatchNorm1d(64), nn.Linear(64, 10)
+    )
 
 
 def test_prunable_layers_are_conv_and_linear_only():
@@ -116,8 +117,10 @@ def test_dense_gradient_capture_sees_masked_positions():
 def test_global_topk_masks_rank_across_layers():
     net = nn.Sequential(nn.Linear(2, 2, bias=False), nn.Linear(2, 2, bias=False))
     store = MaskStore(net)
-    scores = {"0": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
-              "1": torch.tensor([[10.0, 20.0], [0.5, 0.6]])}
+    scores = {
+        "0": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+        "1": torch.tensor([[10.0, 20.0], [0.5, 0.6]]),
+    }
     store.global_topk_masks(0.5, scores)
     assert store.masks["0"].tolist() == [[False, False], [True, True]]
     assert store.masks["1"].tolist() == [[True, True], [False, False]]

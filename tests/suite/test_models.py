@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sparsebench.suite.models import MODELS, build_model
 from torch import nn
+
+from sparsebench.suite.models import MODELS, build_model
 
 
 def _n_params(m: nn.Module) -> int:

@@ -23,14 +23,22 @@ def test_cosine_drop_fraction_schedule():
     assert r.drop_fraction_at(0) == pytest.approx(0.3)
     assert r.drop_fraction_at(375) == pytest.approx(0.15)
     assert r.drop_fraction_at(750) == pytest.approx(0.0)
-    assert [s for s in range(0, 1001, 100) if r.is_update_step(s)] == [100, 200, 300, 400,
-                                                                        500, 600, 700]
+    assert [s for s in range(0, 1001, 100) if r.is_update_step(s)] == [
+        100,
+        200,
+        300,
+        400,
+        500,
+        600,
+        700,
+    ]
 
 
 def test_rigl_keeps_exact_layer_nnz_after_every_update(tiny_fit):
     watcher = MaskWatcher()
-    module, method = tiny_fit("rigl", 0.8, {"update_interval": 3}, epochs=4,
-                              extra_callbacks=[watcher])
+    module, method = tiny_fit(
+        "rigl", 0.8, {"update_interval": 3}, epochs=4, extra_callbacks=[watcher]
+    )
     first = watcher.nnz[0]
     assert all(n == first for n in watcher.nnz)
     # The topology did change (otherwise the test could not tell RigL from static).

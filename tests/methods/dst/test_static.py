@@ -7,8 +7,9 @@ from tests.methods.conftest import MaskWatcher
 @pytest.mark.parametrize("distribution", ["erk", "uniform"])
 def test_static_mask_never_changes_and_hits_density(tiny_fit, distribution):
     watcher = MaskWatcher()
-    module, _ = tiny_fit("static", 0.9, {"distribution": distribution}, epochs=2,
-                         extra_callbacks=[watcher])
+    module, _ = tiny_fit(
+        "static", 0.9, {"distribution": distribution}, epochs=2, extra_callbacks=[watcher]
+    )
     assert all(torch.equal(watcher.masks[0]["0"], m["0"]) for m in watcher.masks)
     assert module.masks.sparsity() == pytest.approx(0.9, abs=0.01)
 

@@ -21,8 +21,9 @@ def test_snip_keeps_top_abs_grad_times_weight():
     idx = torch.randperm(32, generator=torch.Generator().manual_seed(0))[:8]
     xb, yb = x[idx], y[idx]
     grads = torch.autograd.grad(F.cross_entropy(model(xb), yb), [model[0].weight, model[2].weight])
-    sal = torch.cat([(g * w).abs().reshape(-1) for g, w in zip(grads, [model[0].weight,
-                                                                        model[2].weight])])
+    sal = torch.cat(
+        [(g * w).abs().reshape(-1) for g, w in zip(grads, [model[0].weight, model[2].weight])]
+    )
     expected = topk_mask(sal, 15)  # 25% of 60 weights
 
     module = ClassificationModule(model, 3, RECIPE, 10)

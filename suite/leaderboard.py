@@ -1,0 +1,472 @@
+"""Records -> runs table -> leaderboard (polars only).
+
+``find_records`` globs a benchmark folder, ``collect_records`` reads the JSON records into a
+typed frame, ``aggregate`` validates it (:func:`suite.schemas.validate_runs`) and writes
+``runs.parquet``. ``build_leaderboard`` reduces the ok runs to one row per (task, sparsity,
+method, setting): mean ± std over seeds, rank within (task, sparsity), cost relative to the dense
+baseline of the task. ``write_leaderboard`` writes it as Markdown, CSV, JSON and a Pareto plot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from sparsebench.suite.record import COMMON_COLUMNS
+from sparsebench.suite.schemas import COMMON_DTYPES, TableError, validate_runs
+
+GROUP_KEYS: tuple[str, ...] = ("task", "target_sparsity", "method", "setting_id")
+RANK_KEYS: tuple[str, ...] = ("task", "target_sparsity")
+DENSE = "dense"
+
+# Column -> dtype of the leaderboard, in output order (also used to read leaderboard.json back).
+LEADERBOARD_SCHEMA: dict[str, pl.DataType] = {
+    "task": pl.String(),
+    "target_sparsity": pl.Float64(),
+    "rank": pl.Int64(),
+    "method": pl.String(),
+    "setting_id": pl.String(),
+    "n": pl.Int64(),
+    "n_failed": pl.Int64(),
+    "test_acc_mean": pl.Float64(),
+    "test_acc_std": pl.Float64(),
+    "val_acc_mean": pl.Float64(),
+    "actual_sparsity_mean": pl.Float64(),
+    "train_flops_mean": pl.Float64(),
+    "train_flops_rel_dense_mean": pl.Float64(),
+    "inference_flops_mean": pl.Float64(),
+    "inference_flops_rel_dense_mean": pl.Float64(),
+    "train_wall_s_mean": pl.Float64(),
+    "train_wall_rel_dense": pl.Float64(),
+    "infer_ms_median": pl.Float64(),
+}
+
+
+# ---------------------------------------------------------------------------- records -> table
+
+
+def find_records(bench_dir: Path) -> list[Path]:
+    """All ``runs/**/record.json`` under ``bench_dir``, sorted (so row order is stable).
+
+    Raises :class:`TableError` when there are none (or the folder does not exist), naming the
+    folder searched and saying to run the benchmark first.
+    """
+    bench_dir = Path(bench_dir)
+    paths = sorted((bench_dir / "runs").glob("**/record.json"))
+    if not paths:
+        state = "" if bench_dir.is_dir() else " (the folder does not exist)"
+        raise TableError(
+            f"no records found: searched {bench_dir / 'runs'}/**/record.json{state}. "
+            "Run the benchmark first (`snakemake --cores N`, or `sparsebench run ...`)."
+        )
+    return paths
+
+
+def _convert(value: Any, py_type: type, column: str, path: Path) -> Any:
+    """``value`` as ``py_type`` (None stays None); TableError if it cannot be, without guessing."""
+    if value is None:
+        return None
+    # bool is an int subclass in Python: only a bool column takes a bool.
+    if py_type is bool:
+        ok = isinstance(value, bool)
+    elif py_type is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif py_type is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if isinstance(value, float) and value.is_integer():  # e.g. 3.0 written by a float sum
+            value, ok = int(value), True
+    else:
+        ok = isinstance(value, py_type)
+    if not ok:
+        raise TableError(
+            f"{path}: column {column!r} = {value!r} ({type(value).__name__}) is not "
+            f"{py_type.__name__}"
+        )
+    return value
+
+
+def _extra_series(name: str, values: list[Any]) -> pl.Series:
+    """A column for a key outside COMMON_COLUMNS: inferred dtype, JSON text if types are mixed
+    (so an odd pillar column never drops values or fails the whole table)."""
+    try:
+        return pl.Series(name, values, strict=True)
+    except (TypeError, ValueError, pl.exceptions.PolarsError):
+        text = [None if v is None else json.dumps(v, sort_keys=True, default=str) for v in values]
+        return pl.Series(name, text, dtype=pl.String())
+
+
+def collect_records(paths: Iterable[Path]) -> pl.DataFrame:
+    """Read JSON records into one frame, one row per path in the given order.
+
+    The common columns come first in :data:`COMMON_COLUMNS` order with explicit dtypes (so a
+    column that is null in every record still has its proper type); a missing common key is
+    null. Extra keys follow, sorted by name, with inferred dtypes.
+
+    Raises :class:`TableError` if there are no paths, a file is unreadable or not a JSON object,
+    or a common column holds a value of the wrong type (naming the file and column).
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise TableError("no records to collect; run the benchmark first (`snakemake --cores N`)")
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise TableError(f"cannot read record {path}: {e}") from None
+        if not isinstance(rec, dict):
+            raise TableError(f"record {path} is not a JSON object but {type(rec).__name__}")
+        records.append(rec)
+
+    columns: dict[str, pl.Series] = {}
+    for col, py_type in COMMON_COLUMNS.items():
+        values = [_convert(r.get(col), py_type, col, p) for r, p in zip(records, paths)]
+        columns[col] = pl.Series(col, values, dtype=COMMON_DTYPES[col], strict=True)
+    extras = sorted({k for r in records for k in r} - COMMON_COLUMNS.keys())
+    for col in extras:
+        columns[col] = _extra_series(col, [r.get(col) for r in records])
+    return pl.DataFrame(list(columns.values()))
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Call ``write(tmp_path)`` then rename onto ``path``: readers never see a partial file.
+
+    The temporary name is built by hand rather than with mkstemp, whose 0600 mode would leak
+    onto the final file and hide it from other users of a shared results folder.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(str(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def aggregate(records: Iterable[Path], out_parquet: Path) -> pl.DataFrame:
+    """Collect ``records``, validate them as the runs table and write ``out_parquet``.
+
+    Returns the validated runs frame. Raises :class:`TableError` if there are no records, one is
+    unreadable or mistyped, or the table fails :class:`~suite.schemas.RunsSchema` (the message
+    names the row, its record file, the column and the check); nothing is written then.
+    """
+    paths = [Path(p) for p in records]
+    runs = collect_records(paths)
+    validate_runs(runs, sources=[str(p) for p in paths])
+    _atomic_write(Path(out_parquet), runs.write_parquet)
+    return runs
+
+
+# ---------------------------------------------------------------------------- leaderboard
+
+
+def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
+    """One row per (task, target_sparsity, method, setting_id) with statistics over seeds.
+
+    Means (and the test-accuracy std, null for n=1) use only ``status == "ok"`` rows; ``n`` is
+    their count and ``n_failed`` counts failed/diverged rows of the group. A group whose runs all
+    failed is kept with n=0, null statistics and null rank. ``train_wall_rel_dense`` divides the
+    group's mean training wall-clock by the mean of the task's dense runs (null without dense).
+    ``rank`` is 1 for the best test accuracy within (task, target_sparsity), ties share the
+    lowest rank. Sorted by task, target_sparsity, rank. Columns: :data:`LEADERBOARD_SCHEMA`.
+
+    Raises :class:`TableError` if ``runs`` lacks a column the leaderboard needs.
+    """
+    needed = {*GROUP_KEYS, "status", "test_acc", "val_acc", "actual_sparsity", "train_flops",
+              "inference_flops", "train_flops_rel_dense", "inference_flops_rel_dense",
+              "train_wall_s", "infer_ms"}  # fmt: skip
+    missing = sorted(needed - set(runs.columns))
+    if missing:
+        raise TableError(f"runs table lacks column(s) for the leaderboard: {', '.join(missing)}")
+    keys = list(GROUP_KEYS)
+    ok = runs.filter(pl.col("status") == "ok")
+    stats = ok.group_by(keys).agg(
+        pl.len().cast(pl.Int64).alias("n"),
+        pl.col("test_acc").mean().alias("test_acc_mean"),
+        pl.col("test_acc").std(ddof=1).alias("test_acc_std"),  # null when n == 1
+        pl.col("val_acc").mean().alias("val_acc_mean"),
+        pl.col("actual_sparsity").mean().alias("actual_sparsity_mean"),
+        pl.col("train_flops").mean().alias("train_flops_mean"),
+        pl.col("train_flops_rel_dense").mean().alias("train_flops_rel_dense_mean"),
+        pl.col("inference_flops").mean().alias("inference_flops_mean"),
+        pl.col("inference_flops_rel_dense").mean().alias("inference_flops_rel_dense_mean"),
+        pl.col("train_wall_s").mean().alias("train_wall_s_mean"),
+        pl.col("infer_ms").median().alias("infer_ms_median"),
+    )
+    failed = (
+        runs.filter(pl.col("status") != "ok")
+        .group_by(keys)
+        .agg(pl.len().cast(pl.Int64).alias("n_failed"))
+    )
+    dense_wall = (
+        ok.filter(pl.col("method") == DENSE)
+        .group_by("task")
+        .agg(pl.col("train_wall_s").mean().alias("_dense_wall"))
+    )
+    board = (
+        stats.join(failed, on=keys, how="full", coalesce=True, nulls_equal=True)
+        .with_columns(pl.col("n", "n_failed").fill_null(0))
+        .join(dense_wall, on="task", how="left")
+        .with_columns(
+            (pl.col("train_wall_s_mean") / pl.col("_dense_wall")).alias("train_wall_rel_dense"),
+            pl.col("test_acc_mean")
+            .rank(method="min", descending=True)
+            .over(list(RANK_KEYS))
+            .cast(pl.Int64)
+            .alias("rank"),
+        )
+        .sort([*RANK_KEYS, "rank", "method", "setting_id"], nulls_last=True)
+    )
+    return board.select([pl.col(c).cast(t) for c, t in LEADERBOARD_SCHEMA.items()])
+
+
+# ---------------------------------------------------------------------------- formatting
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.2f}"
+
+
+def _acc_cell(row: dict[str, Any]) -> str:
+    """``97.12 ± 0.15 (n=3)`` in percent; no ± for a single seed."""
+    if row["n"] == 0 or row["test_acc_mean"] is None:
+        return f"– (n=0, {row['n_failed']} failed)"
+    std = row["test_acc_std"]
+    spread = f" ± {100 * std:.2f}" if std is not None else ""
+    return f"{100 * row['test_acc_mean']:.2f}{spread} (n={row['n']})"
+
+
+def _times(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}×"
+
+
+def _num(x: float | None, fmt: str = ".2f") -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+_MD_HEADER = (
+    "| rank | method | setting | test acc % | val acc % | actual sparsity % | train FLOPs "
+    "| train FLOPs ÷ dense | inference FLOPs ÷ dense | train s | train s ÷ dense | infer ms "
+    "| failed |"
+)
+_MD_RULE = "|" + "---|" * _MD_HEADER.count(" | ") + "---|"
+
+
+def _md_row(row: dict[str, Any]) -> str:
+    cells = [
+        _num(row["rank"], "d"),
+        f"`{_md_escape(row['method'])}`",
+        _md_escape(row["setting_id"]),
+        _acc_cell(row),
+        _pct(row["val_acc_mean"]),
+        _pct(row["actual_sparsity_mean"]),
+        _num(row["train_flops_mean"], ".3g"),
+        _times(row["train_flops_rel_dense_mean"]),
+        _times(row["inference_flops_rel_dense_mean"]),
+        _num(row["train_wall_s_mean"]),
+        _times(row["train_wall_rel_dense"]),
+        _num(row["infer_ms_median"]),
+        str(row["n_failed"]),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _md_table(rows: list[dict[str, Any]]) -> list[str]:
+    return [_MD_HEADER, _MD_RULE, *(_md_row(r) for r in rows), ""]
+
+
+def _distinct(runs: pl.DataFrame, column: str) -> str:
+    if column not in runs.columns:
+        return "unknown"
+    values = runs.get_column(column).drop_nulls().unique().sort().to_list()
+    return ", ".join(str(v) for v in values) or "unknown"
+
+
+def leaderboard_markdown(runs: pl.DataFrame, board: pl.DataFrame | None = None) -> str:
+    """The Markdown leaderboard of ``runs`` (``board`` = its :func:`build_leaderboard`).
+
+    One section per task, the dense baseline first as reference, then one table per sparsity;
+    a footnote with the threads / concurrent jobs the timings were measured with, and the failed
+    runs with their errors. Raises :class:`TableError` as :func:`build_leaderboard` does.
+    """
+    board = build_leaderboard(runs) if board is None else board
+    bench = _distinct(runs, "benchmark")
+    out = [
+        f"# Leaderboard: {bench}",
+        "",
+        "Test accuracy in percent, mean ± std over seeds (n = seeds that finished); rank within "
+        "(task, sparsity) by mean test accuracy. Costs are means over seeds and relative to the "
+        "dense baseline of the same task (÷ dense). Inference ms is the median over seeds.",
+        "",
+    ]
+    for task in board.get_column("task").unique(maintain_order=True).to_list():
+        tb = board.filter(pl.col("task") == task)
+        truns = runs.filter(pl.col("task") == task)
+        out += [f"## Task `{task}`", ""]
+        meta = [f"{c} {_distinct(truns, c)}" for c in ("dataset", "model") if c in runs.columns]
+        if meta:
+            out += ["; ".join(meta), ""]
+        dense = tb.filter(pl.col("target_sparsity") == 0.0)
+        out += ["**Dense reference**", ""]
+        out += _md_table(dense.to_dicts()) if dense.height else ["(no dense baseline run)", ""]
+        for (sparsity,), part in tb.filter(pl.col("target_sparsity") > 0.0).group_by(
+            "target_sparsity", maintain_order=True
+        ):
+            out += [f"### Sparsity {100 * sparsity:g}%", ""]
+            out += _md_table(part.to_dicts())
+    threads, jobs = _distinct(runs, "threads"), _distinct(runs, "parallel_jobs")
+    devices = _distinct(runs, "device")
+    out += [
+        "---",
+        "",
+        f"Timings were measured with {threads} torch thread(s) per job and {jobs} concurrent "
+        f"job(s) (device: {devices}); wall-clock compares only within one such setting.",
+        "",
+    ]
+    bad = runs.filter(pl.col("status") != "ok")
+    if bad.height:
+        out += [f"## Failed runs ({bad.height})", ""]
+        for r in bad.sort(["task", "target_sparsity", "method", "setting_id", "seed"]).to_dicts():
+            error = _md_escape(str(r.get("error") or "")).strip()
+            error = error if len(error) <= 300 else error[:297] + "..."
+            out.append(
+                f"- `{r['task']}` `{r['method']}` ({r['setting_id']}) "
+                f"sparsity {r['target_sparsity']:g} seed {r['seed']}: **{r['status']}**: {error}"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------- plot
+
+
+def pareto_plot(board: pl.DataFrame, path: Path) -> None:
+    """Test accuracy (%) vs training FLOPs (log) per task: one line per method (and setting)
+    through its sparsities with std error bars; dense as a dashed line and a marker.
+
+    Uses the Agg canvas directly, never pyplot, so it neither needs a display nor changes a
+    caller's matplotlib backend.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    tasks = board.get_column("task").unique(maintain_order=True).to_list()
+    ncols = min(3, max(1, len(tasks)))
+    nrows = max(1, math.ceil(len(tasks) / ncols))
+    fig = Figure(figsize=(5.5 * ncols, 4.2 * nrows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax in axes[len(tasks) :]:
+        ax.set_visible(False)
+    plotted = board.filter(pl.col("test_acc_mean").is_not_null() & (pl.col("train_flops_mean") > 0))
+    for ax, task in zip(axes, tasks):
+        tb = plotted.filter(pl.col("task") == task)
+        settings = tb.select("method", "setting_id").unique(maintain_order=True)
+        multi = settings.group_by("method").len().filter(pl.col("len") > 1)
+        multi_methods = set(multi.get_column("method").to_list())
+        for method, setting in settings.iter_rows():
+            line = tb.filter((pl.col("method") == method) & (pl.col("setting_id") == setting)).sort(
+                "train_flops_mean"
+            )
+            x = line.get_column("train_flops_mean").to_list()
+            y = [100 * v for v in line.get_column("test_acc_mean").to_list()]
+            err = [100 * (v or 0.0) for v in line.get_column("test_acc_std").to_list()]
+            label = f"{method} [{setting}]" if method in multi_methods else method
+            if method == DENSE:
+                ax.axhline(y[0], color="black", linestyle="--", linewidth=1, label=label)
+                ax.errorbar(x, y, yerr=err, color="black", marker="*", markersize=10,
+                            linestyle="none", capsize=3)  # fmt: skip
+            else:
+                ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=label)
+        ax.set_xscale("log")
+        ax.set_title(task)
+        ax.set_xlabel("training FLOPs")
+        ax.set_ylabel("test accuracy (%)")
+        ax.grid(True, which="both", alpha=0.3)
+        if tb.height:
+            ax.legend(fontsize="small")
+        else:
+            ax.text(0.5, 0.5, "no finished runs", ha="center", va="center",
+                    transform=ax.transAxes)  # fmt: skip
+    fig.savefig(path, dpi=120, format="png")  # path may be a .tmp name
+
+
+# ---------------------------------------------------------------------------- outputs
+
+
+def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
+    """Write ``leaderboard.md``, ``.csv``, ``.json`` and ``pareto.png`` into ``out_dir``.
+
+    ``runs`` is the (validated) runs table. Returns the written paths by kind ("md", "csv",
+    "json", "png"). Raises :class:`TableError` if ``runs`` has no rows or lacks needed columns,
+    ``OSError`` if the folder cannot be written.
+    """
+    if runs.height == 0:
+        raise TableError("runs table is empty: nothing to rank; run the benchmark first")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    board = build_leaderboard(runs)
+    paths = {
+        "md": out_dir / "leaderboard.md",
+        "csv": out_dir / "leaderboard.csv",
+        "json": out_dir / "leaderboard.json",
+        "png": out_dir / "pareto.png",
+    }
+    md = leaderboard_markdown(runs, board)
+    _atomic_write(paths["md"], lambda p: Path(p).write_text(md, encoding="utf-8"))
+    _atomic_write(paths["csv"], board.write_csv)
+    _atomic_write(paths["json"], board.write_json)
+    _atomic_write(paths["png"], lambda p: pareto_plot(board, Path(p)))
+    return paths
+
+
+def read_leaderboard(out_dir: Path) -> pl.DataFrame:
+    """Read ``leaderboard.json`` from ``out_dir`` with the leaderboard's dtypes.
+
+    Raises :class:`TableError` if it does not exist (write it with :func:`write_leaderboard`).
+    """
+    path = Path(out_dir) / "leaderboard.json"
+    if not path.is_file():
+        raise TableError(f"no leaderboard at {path}; run `sparsebench leaderboard {out_dir}`")
+    return pl.read_json(path, schema=LEADERBOARD_SCHEMA)
+
+
+def print_top(source: Path | pl.DataFrame, n: int = 3) -> str:
+    """A short text of the best ``n`` rows per (task, sparsity), for the terminal.
+
+    ``source`` is a folder holding ``leaderboard.json``, a leaderboard frame, or a runs frame
+    (recognised by its ``status`` column; the leaderboard is built from it). Raises
+    :class:`TableError` if the folder has no leaderboard.
+    """
+    if isinstance(source, pl.DataFrame):
+        board = build_leaderboard(source) if "status" in source.columns else source
+    else:
+        board = read_leaderboard(Path(source))
+    lines: list[str] = []
+    for (task, sparsity), part in board.group_by(["task", "target_sparsity"], maintain_order=True):
+        label = "dense reference" if sparsity == 0.0 else f"sparsity {100 * sparsity:g}%"
+        lines.append(f"{task} @ {label}")
+        for r in part.head(n).to_dicts():
+            rank = "-" if r["rank"] is None else str(r["rank"])
+            flops = _times(r["train_flops_rel_dense_mean"])
+            name = (
+                r["method"] if r["setting_id"] == "default" else f"{r['method']}[{r['setting_id']}]"
+            )
+            lines.append(
+                f"  {rank:>2}. {name:<18} {_acc_cell(r):<24} "
+                f"train FLOPs {flops} dense  train {_num(r['train_wall_s_mean'])} s"
+            )
+    return "\n".join(lines)

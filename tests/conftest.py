@@ -1,0 +1,81 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sparsebench.suite.record import COMMON_COLUMNS
+
+MakeRecord = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def make_record() -> MakeRecord:
+    """A function building a valid ``ok`` record dict (every common column plus ``host``);
+    keyword arguments override columns. ``status="failed"``/``"diverged"`` also nulls the metrics
+    and sets an error, as a real failed job does (override ``error`` to change the message)."""
+
+    def build(**overrides: Any) -> dict[str, Any]:
+        method = overrides.get("method", "rigl")
+        sparsity = overrides.get("target_sparsity", 0.0 if method == "dense" else 0.9)
+        density = 1.0 - sparsity
+        rec: dict[str, Any] = {
+            "benchmark": "unit",
+            "pillar": "dst",
+            "task": "digits_mlp",
+            "dataset": "digits",
+            "model": "mlp",
+            "method": method,
+            "params_json": "{}",
+            "setting_id": "default",
+            "execution": "dense_mask",
+            "target_sparsity": sparsity,
+            "actual_sparsity": sparsity,
+            "seed": 0,
+            "status": "ok",
+            "error": None,
+            "test_acc": 0.9,
+            "test_loss": 0.3,
+            "val_acc": 0.91,
+            "val_loss": 0.28,
+            "epochs": 2,
+            "steps": 40,
+            "train_flops": 1e9 * density,
+            "inference_flops": 1e5 * density,
+            "train_flops_rel_dense": density,
+            "inference_flops_rel_dense": density,
+            "params_total": 1000,
+            "params_nonzero": round(1000 * density),
+            "train_wall_s": 2.0,
+            "infer_ms": 0.5,
+            "infer_batch": 256,
+            "layer_densities_json": "{}",
+            "device": "cpu",
+            "threads": 1,
+            "parallel_jobs": 2,
+            "torch_version": "2.14.1",
+            "package_version": "0.1.0",
+            "git_sha": "0" * 40,
+            "git_dirty": False,
+            "spec_hash": "abc123",
+            "started_at": "2025-01-01T00:00:00+00:00",
+            "finished_at": "2025-01-01T00:00:05+00:00",
+            "host": "testhost",
+        }
+        assert set(COMMON_COLUMNS) <= set(rec), "factory lags behind COMMON_COLUMNS"
+        if overrides.get("status", "ok") != "ok":
+            for col in (
+                "actual_sparsity", "test_acc", "test_loss", "val_acc", "val_loss", "steps",
+                "train_flops", "inference_flops", "train_flops_rel_dense",
+                "inference_flops_rel_dense", "params_total", "params_nonzero", "train_wall_s",
+                "infer_ms", "infer_batch", "layer_densities_json", "device",
+            ):  # fmt: skip
+                rec[col] = None
+            rec["error"] = "RuntimeError: boom"
+        rec.update(overrides)
+        return rec
+
+    return build

@@ -1,0 +1,277 @@
+"""Records -> runs table -> leaderboard: statistics checked by hand on a tiny sweep, the written
+files, and the errors for missing or bad records."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from sparsebench.suite.leaderboard import (
+    LEADERBOARD_SCHEMA,
+    aggregate,
+    build_leaderboard,
+    collect_records,
+    find_records,
+    print_top,
+    read_leaderboard,
+    write_leaderboard,
+)
+from sparsebench.suite.record import COMMON_COLUMNS, write_json_atomic
+from sparsebench.suite.schemas import COMMON_DTYPES, TableError
+
+TASK = "digits_mlp"
+
+
+@pytest.fixture
+def sweep(make_record) -> list[dict[str, Any]]:
+    """dense × 2 seeds, rigl and set at 0.9 × 2 seeds, one failed set seed, one all-diverged
+    snip cell, and a second task without a dense baseline."""
+    r = make_record
+    return [
+        r(method="dense", seed=0, test_acc=0.95, train_wall_s=2.0, infer_ms=1.0),
+        r(method="dense", seed=1, test_acc=0.97, train_wall_s=4.0, infer_ms=3.0),
+        r(method="rigl", seed=0, test_acc=0.90, train_wall_s=1.5, infer_ms=0.4),
+        r(method="rigl", seed=1, test_acc=0.92, train_wall_s=1.5, infer_ms=0.6),
+        r(method="set", seed=0, test_acc=0.80, train_wall_s=3.0),
+        r(method="set", seed=1, test_acc=0.84, train_wall_s=6.0),
+        r(method="set", seed=2, status="failed", error="RuntimeError: out of memory"),
+        r(method="snip", seed=0, status="diverged", error="loss is nan at step 3"),
+        r(task="other", method="rigl", seed=0, test_acc=0.70, train_wall_s=1.0),
+    ]
+
+
+def write_records(root: Path, records: list[dict[str, Any]]) -> list[Path]:
+    paths = []
+    for rec in records:
+        path = (
+            root / "runs" / rec["task"] / rec["method"] / rec["setting_id"]
+            / f"s{rec['target_sparsity']}" / f"seed{rec['seed']}" / "record.json"
+        )  # fmt: skip
+        write_json_atomic(path, rec)
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture
+def runs(sweep) -> pl.DataFrame:
+    return pl.from_dicts(sweep, schema_overrides=COMMON_DTYPES, infer_schema_length=None)
+
+
+def cell(board: pl.DataFrame, method: str, task: str = TASK) -> dict[str, Any]:
+    rows = board.filter((pl.col("task") == task) & (pl.col("method") == method)).to_dicts()
+    assert len(rows) == 1
+    return rows[0]
+
+
+# ---------------------------------------------------------------------------- build_leaderboard
+
+
+def test_statistics_by_hand(runs) -> None:
+    board = build_leaderboard(runs)
+    assert board.schema == pl.Schema(LEADERBOARD_SCHEMA)
+
+    rigl = cell(board, "rigl")
+    assert rigl["n"] == 2 and rigl["n_failed"] == 0
+    assert rigl["test_acc_mean"] == pytest.approx(0.91)
+    assert rigl["test_acc_std"] == pytest.approx(math.sqrt(2 * 0.01**2 / 1))  # ddof=1
+    assert rigl["infer_ms_median"] == pytest.approx(0.5)
+    assert rigl["train_flops_rel_dense_mean"] == pytest.approx(0.1)
+    assert rigl["actual_sparsity_mean"] == pytest.approx(0.9)
+
+    dense = cell(board, "dense")
+    assert dense["target_sparsity"] == 0.0 and dense["rank"] == 1
+    assert dense["test_acc_mean"] == pytest.approx(0.96)
+    assert dense["infer_ms_median"] == pytest.approx(2.0)
+
+
+def test_rank_within_task_and_sparsity(runs) -> None:
+    board = build_leaderboard(runs)
+    assert cell(board, "rigl")["rank"] == 1
+    assert cell(board, "set")["rank"] == 2
+    assert cell(board, "snip")["rank"] is None  # all its runs diverged
+    assert cell(board, "rigl", task="other")["rank"] == 1
+    # Sorted by task, sparsity, rank; unranked last.
+    order = board.select("task", "target_sparsity", "method").rows()
+    assert order == [
+        (TASK, 0.0, "dense"),
+        (TASK, 0.9, "rigl"),
+        (TASK, 0.9, "set"),
+        (TASK, 0.9, "snip"),
+        ("other", 0.9, "rigl"),
+    ]
+
+
+def test_ties_share_min_rank(make_record) -> None:
+    recs = [
+        make_record(method="rigl", test_acc=0.9),
+        make_record(method="set", test_acc=0.9),
+        make_record(method="snip", test_acc=0.8),
+    ]
+    board = build_leaderboard(pl.from_dicts(recs, schema_overrides=COMMON_DTYPES))
+    ranks = dict(board.select("method", "rank").rows())
+    assert ranks == {"rigl": 1, "set": 1, "snip": 3}
+
+
+def test_train_wall_relative_to_dense(runs) -> None:
+    board = build_leaderboard(runs)
+    # dense mean wall = (2 + 4) / 2 = 3 s
+    assert cell(board, "dense")["train_wall_rel_dense"] == pytest.approx(1.0)
+    assert cell(board, "rigl")["train_wall_s_mean"] == pytest.approx(1.5)
+    assert cell(board, "rigl")["train_wall_rel_dense"] == pytest.approx(0.5)
+    assert cell(board, "set")["train_wall_rel_dense"] == pytest.approx(1.5)
+    assert cell(board, "rigl", task="other")["train_wall_rel_dense"] is None  # no dense there
+
+
+def test_failed_rows_counted_and_excluded(runs) -> None:
+    board = build_leaderboard(runs)
+    s = cell(board, "set")
+    assert s["n"] == 2 and s["n_failed"] == 1
+    assert s["test_acc_mean"] == pytest.approx(0.82)  # the failed seed is not a zero
+    assert s["train_wall_s_mean"] == pytest.approx(4.5)
+    snip = cell(board, "snip")
+    assert snip["n"] == 0 and snip["n_failed"] == 1
+    assert snip["test_acc_mean"] is None and snip["test_acc_std"] is None
+
+
+def test_single_seed_has_null_std(runs) -> None:
+    other = cell(build_leaderboard(runs), "rigl", task="other")
+    assert other["n"] == 1 and other["test_acc_std"] is None
+
+
+def test_settings_are_separate_rows(make_record) -> None:
+    recs = [
+        make_record(method="rigl", setting_id="default", test_acc=0.9),
+        make_record(method="rigl", setting_id="a1b2", test_acc=0.95),
+    ]
+    board = build_leaderboard(pl.from_dicts(recs, schema_overrides=COMMON_DTYPES))
+    assert dict(board.select("setting_id", "rank").rows()) == {"a1b2": 1, "default": 2}
+
+
+# ---------------------------------------------------------------------------- records -> table
+
+
+def test_find_and_collect_records(tmp_path, sweep) -> None:
+    written = write_records(tmp_path, sweep)
+    found = find_records(tmp_path)
+    assert found == sorted(written)
+    df = collect_records(found)
+    assert df.height == len(sweep)
+    assert df.columns[: len(COMMON_COLUMNS)] == list(COMMON_COLUMNS)
+    assert "host" in df.columns  # extra keys kept, after the common ones
+    for col, dtype in COMMON_DTYPES.items():
+        assert df.schema[col] == dtype, col
+
+
+def test_all_null_column_keeps_its_type(tmp_path, make_record) -> None:
+    paths = write_records(tmp_path, [make_record(seed=0), make_record(seed=1)])
+    df = collect_records(paths)
+    assert df.get_column("error").null_count() == 2
+    assert df.schema["error"] == pl.String
+    assert df.schema["test_acc"] == pl.Float64
+
+
+def test_int_in_float_column_accepted(tmp_path, make_record) -> None:
+    paths = write_records(tmp_path, [make_record(train_flops=123456)])
+    df = collect_records(paths)
+    assert df.schema["train_flops"] == pl.Float64 and df["train_flops"][0] == 123456.0
+
+
+def test_wrong_type_names_file_and_column(tmp_path, make_record) -> None:
+    paths = write_records(tmp_path, [make_record(test_acc="0.9")])
+    with pytest.raises(TableError, match=r"record\.json: column 'test_acc' = '0\.9'"):
+        collect_records(paths)
+
+
+def test_unreadable_record(tmp_path) -> None:
+    bad = tmp_path / "runs" / "t" / "record.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{not json")
+    with pytest.raises(TableError, match="cannot read record"):
+        collect_records([bad])
+
+
+def test_aggregate_writes_parquet(tmp_path, sweep) -> None:
+    paths = write_records(tmp_path, sweep)
+    out = tmp_path / "runs.parquet"
+    runs = aggregate(paths, out)
+    back = pl.read_parquet(out)
+    assert back.equals(runs)
+    assert back.schema["error"] == pl.String and back.height == len(sweep)
+
+
+def test_aggregate_refuses_invalid_and_names_file(tmp_path, sweep) -> None:
+    sweep[2]["test_acc"] = 1.5
+    paths = write_records(tmp_path, sweep)
+    out = tmp_path / "runs.parquet"
+    with pytest.raises(TableError) as info:
+        aggregate(paths, out)
+    msg = str(info.value)
+    assert "column 'test_acc' = 1.5" in msg and "method=rigl" in msg
+    assert str(paths[2]) in msg
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------- no records
+
+
+def test_no_records_in_folder(tmp_path) -> None:
+    with pytest.raises(TableError, match="snakemake") as info:
+        find_records(tmp_path)
+    assert str(tmp_path / "runs") in str(info.value)
+
+
+def test_missing_folder(tmp_path) -> None:
+    with pytest.raises(TableError, match="does not exist"):
+        find_records(tmp_path / "nope")
+
+
+def test_empty_record_list(tmp_path) -> None:
+    with pytest.raises(TableError, match="no records"):
+        aggregate([], tmp_path / "runs.parquet")
+
+
+# ---------------------------------------------------------------------------- outputs
+
+
+def test_write_leaderboard_files(tmp_path, runs) -> None:
+    paths = write_leaderboard(runs, tmp_path / "out")
+    for kind in ("md", "csv", "json", "png"):
+        assert paths[kind].is_file() and paths[kind].stat().st_size > 0, kind
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    board = build_leaderboard(runs)
+    assert read_leaderboard(tmp_path / "out").equals(board)
+    csv = pl.read_csv(paths["csv"])
+    assert csv.height == board.height and csv.columns == board.columns
+    assert len(json.loads(paths["json"].read_text())) == board.height
+
+
+def test_markdown_content(tmp_path, runs) -> None:
+    md = write_leaderboard(runs, tmp_path)["md"].read_text(encoding="utf-8")
+    assert f"## Task `{TASK}`" in md and "## Task `other`" in md
+    # dense reference comes before the per-sparsity tables of the task
+    assert md.index("**Dense reference**") < md.index("### Sparsity 90%")
+    assert "96.00 ± 1.41 (n=2)" in md  # dense
+    assert "91.00 ± 1.41 (n=2)" in md  # rigl
+    assert "70.00 (n=1)" in md  # single seed: no ±
+    assert "0.10×" in md  # train FLOPs rel dense
+    assert "0.50×" in md  # rigl wall rel dense
+    assert "| 1.50 |" in md  # seconds with 2 decimals
+    assert "1 torch thread(s) per job and 2 concurrent job(s)" in md
+    assert "## Failed runs (2)" in md
+    assert "RuntimeError: out of memory" in md and "loss is nan at step 3" in md
+
+
+def test_print_top(tmp_path, runs) -> None:
+    write_leaderboard(runs, tmp_path)
+    text = print_top(tmp_path, n=1)
+    assert f"{TASK} @ sparsity 90%" in text and f"{TASK} @ dense reference" in text
+    assert "rigl" in text and "set" not in text.split(f"{TASK} @ sparsity 90%")[1].split("\n")[1]
+    assert print_top(runs, n=1) == text  # a runs frame gives the same text
+    with pytest.raises(TableError, match="no leaderboard"):
+        print_top(tmp_path / "empty")
