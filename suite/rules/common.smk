@@ -24,7 +24,19 @@ SPEC_FILE = (
     str(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else str(DEFAULT_SPEC)
 )
 THREADS = SPEC.data["threads"]
-PARALLEL_JOBS = max(1, workflow.cores // THREADS) if isinstance(workflow.cores, int) else 1
+
+
+def _parallel_jobs():
+    """Jobs Snakemake can run at once (recorded next to wall-clock figures); 1 when no --cores
+    was given (dry runs, --report), where Snakemake refuses to tell the core count."""
+    try:
+        cores = workflow.cores
+    except Exception:
+        return 1
+    return max(1, cores // THREADS) if isinstance(cores, int) else 1
+
+
+PARALLEL_JOBS = _parallel_jobs()
 RECORDS = sorted(JOBS)
 # Handed to `sparsebench run` through the environment, not the shell string: Snakemake reruns a
 # job whose shell code changed, and neither the spec's path nor --cores changes a job's result.

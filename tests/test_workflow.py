@@ -1,0 +1,80 @@
+"""End to end: a tiny spec through Snakemake, in a temporary folder."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = """
+benchmark: tiny
+data_root: {data}
+infer: {{batch_size: 8, repeats: 2}}
+tasks:
+  digits_mlp:
+    dataset: digits
+    model: lenet300_100
+    recipe: {{epochs: 1, batch_size: 64, lr: 0.05}}
+methods:
+  dense: {{}}
+  rigl: {{update_interval: 5}}
+sparsities: [0.9]
+seeds: [0]
+"""
+
+
+def _snakemake(tmp_path, *args):
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(tmp_path / "tiny.yaml"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_tiny_spec_runs_end_to_end_and_reruns_nothing(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY.format(data=tmp_path / "data"))
+    run = _snakemake(tmp_path, "--cores", "2")
+    assert run.returncode == 0, run.stderr[-3000:]
+    bench = tmp_path / "results" / "tiny"
+    for name in [
+        "runs.parquet",
+        "leaderboard.md",
+        "leaderboard.csv",
+        "leaderboard.json",
+        "pareto.png",
+    ]:
+        assert (bench / name).is_file(), name
+    runs = pl.read_parquet(bench / "runs.parquet")
+    assert sorted(runs["method"]) == ["dense", "rigl"]
+    assert runs["status"].to_list() == ["ok", "ok"]
+    rec = json.loads(next(bench.glob("runs/**/rigl/**/record.json")).read_text())
+    assert rec["parallel_jobs"] == 2 and rec["threads"] == 1
+    assert "rigl" in (bench / "leaderboard.md").read_text()
+
+    again = _snakemake(tmp_path, "-n", "--cores", "1")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_bad_spec_stops_before_any_job(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY.format(data="d").replace("rigl:", "rigel:"))
+    run = _snakemake(tmp_path, "-n")
+    assert run.returncode != 0
+    assert "unknown method 'rigel'" in run.stderr + run.stdout
+    assert "tiny.yaml" in run.stderr + run.stdout
