@@ -96,12 +96,18 @@ def layer_densities(
     distribution: str = "erk",
     dense_first_layer: bool = False,
 ) -> dict[str, float]:
-    """Dispatch to :func:`erk_densities` or :func:`uniform_densities`.
+    """Dispatch to :func:`erk_densities` or :func:`uniform_densities`. With
+    ``dense_first_layer`` the first layer is dense and left out of the budget (both
+    distributions), so the global density is slightly above ``density``.
 
     Raises ValueError for an unknown ``distribution`` (allowed: ``erk``, ``uniform``)."""
     if distribution == "erk":
-        first = [next(iter(shapes))] if dense_first_layer and shapes else []
-        return erk_densities(shapes, density, dense_layers=first)
+        if not (dense_first_layer and len(shapes) > 1):
+            return erk_densities(shapes, density)
+        # As RigL's custom_sparsity_map: the dense first layer is outside the budget, the other
+        # layers share the target density, so the global density ends a bit higher.
+        first, *rest = shapes
+        return {first: 1.0, **erk_densities({n: shapes[n] for n in rest}, density)}
     if distribution == "uniform":
         return uniform_densities(shapes, density, dense_first_layer)
     raise ValueError(f"unknown sparsity distribution {distribution!r}; allowed: {DISTRIBUTIONS}")

@@ -126,7 +126,7 @@ def run_classification(spec: Spec, job: JobArgs) -> dict[str, Any]:
         enable_model_summary=False,
         num_sanity_val_steps=0,
         deterministic=True,
-        callbacks=[FlopsCallback(counter), method],
+        callbacks=[method, FlopsCallback(counter)],  # method first: FLOPs see its masks
     )
     t0 = time.perf_counter()
     trainer.fit(module, train_loader, val_loader)

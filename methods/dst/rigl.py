@@ -9,6 +9,7 @@ from typing import Literal
 import torch
 
 from sparsebench.methods.dst.static import Static
+from sparsebench.suite.flops import sparse_forward_flops
 from sparsebench.suite.masks import topk_mask
 from sparsebench.suite.registry import register
 
@@ -17,23 +18,27 @@ from sparsebench.suite.registry import register
 class RigL(Static):
     """Rigged Lottery (Evci et al. 2020, Algorithm 1).
 
-    Starts from a random ERK mask. Every ``update_interval`` (ΔT = 100) optimizer steps, while
+    Starts from a random ERK mask. Every ``update_interval`` (ΔT = 100) steps, while
     ``t < T_end = end_fraction * total_steps`` (end_fraction = 0.75), each sparse layer drops
-    ``k = f(t) * nnz`` of its active weights with the smallest magnitude and regrows the ``k``
-    inactive connections with the largest dense-gradient magnitude |∇L_t| (Algorithm 1, lines
-    5-9), so each layer keeps its exact number of nonzeros. The drop fraction decays by the
-    cosine schedule f(t) = α/2 · (1 + cos(π t / T_end)) with α = ``drop_fraction`` = 0.3
-    (Eq. 1). Regrown connections start at zero, and so does their optimizer state (Sec. 3).
-    A dropped connection that is regrown in the same update keeps its value, as in the
-    reference implementation.
+    ``k = floor(f(t) * nnz)`` of its active weights with the smallest magnitude and regrows the
+    ``k`` connections, among those not kept, with the largest dense-gradient magnitude |∇L_t|
+    (Algorithm 1), so each layer keeps its exact number of nonzeros. The drop fraction decays
+    by the cosine schedule f(t) = α/2 · (1 + cos(π t / T_end)) with α = ``drop_fraction`` = 0.3
+    (Eq. 1). Newly grown connections start at zero, and so does their optimizer state (Sec. 3);
+    a connection dropped and regrown in the same update keeps its value, as in the reference
+    implementation.
 
-    Departures, documented: the dense gradient is that of the update step's own batch, captured
-    during its backward pass; the regular optimizer step of that batch is kept (the reference
-    implementation wraps the optimizer the same way). Updates happen after steps ΔT, 2ΔT, ...
-    (not at step 0).
+    As in the reference implementation (``SparseRigLOptimizer.apply_gradients``), an update
+    iteration replaces that iteration's optimizer step: the masks change from the pre-step
+    weights and the dense gradient of that iteration's batch (captured in its backward pass),
+    and no weight moves. Departure, documented: the update iteration still counts as a training
+    step (the lr schedule and step counter advance), so RigL sees exactly the batches dense sees.
+    Updates happen after steps ΔT, 2ΔT, ... (not at step 0). A run whose T_end does not pass ΔT
+    would never update (it would be static): it is refused with a ValueError.
 
-    Training FLOPs (Appendix H): ``3 f_S`` per example on regular steps and ``2 f_S + f_D`` on
-    update steps, i.e. (3 f_S ΔT + 2 f_S + f_D) / (ΔT + 1) on average while updates run.
+    Training FLOPs (Appendix H): ``3 f_S`` per example on regular iterations and ``2 f_S + f_D``
+    on update iterations (sparse forward, sparse activation gradients, dense weight gradient),
+    i.e. (3 f_S (ΔT - 1) + 2 f_S + f_D) / ΔT per step on average while updates run.
 
     Source: Evci, Gale, Menick, Castro, Elsen 2020, "Rigging the Lottery: Making All Tickets
     Winners", ICML, Algorithm 1 and Eq. 1; defaults ΔT = 100, α = 0.3, cosine decay,
@@ -55,6 +60,8 @@ class RigL(Static):
             if not 0.0 < self.end_fraction <= 1.0:
                 raise ValueError(f"end_fraction must be in (0, 1], got {self.end_fraction}")
 
+    _batch_size = 0
+
     @property
     def t_end(self) -> int:
         return int(self.params.end_fraction * self.ctx.total_steps)
@@ -69,30 +76,39 @@ class RigL(Static):
     def is_update_step(self, step: int) -> bool:
         return step > 0 and step % self.params.update_interval == 0 and step < self.t_end
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        # The step this batch completes is global_step + 1: capture its dense gradient if an
-        # update follows it.
-        pl_module.masks.capture_dense_grads = self.is_update_step(trainer.global_step + 1)
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if self.t_end <= self.params.update_interval:
+            raise ValueError(
+                f"rigl: no mask update would happen: T_end = end_fraction x total_steps = "
+                f"{self.t_end} steps <= update_interval = {self.params.update_interval}; "
+                f"lower update_interval or train longer"
+            )
+        super().on_fit_start(trainer, pl_module)
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        # Iteration global_step + 1 is an update iteration: capture its dense gradient.
+        pl_module.masks.capture_dense_grads = self.is_update_step(trainer.global_step + 1)
+        self._batch_size = int(batch[0].shape[0])
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        """After the backward pass, before the optimizer moves any weight."""
         store = pl_module.masks
         if not store.capture_dense_grads:
             return
         store.capture_dense_grads = False
-        step = trainer.global_step
-        fraction = self.drop_fraction_at(step)
+        fraction = self.drop_fraction_at(trainer.global_step + 1)
         for name, mask in store.masks.items():
             if mask is not None and name in store.dense_grads:
-                store.set_mask(
-                    name,
-                    self.update_mask(store.weight(name), mask, store.dense_grads[name], fraction),
-                )
+                new = self.update_mask(store.weight(name), mask, store.dense_grads[name], fraction)
+                store.set_mask(name, new)
         store.dense_grads.clear()
-        # Extra cost of the update step: the dense gradient, f_D instead of f_S (Appendix H).
-        f_s = sum(
-            f * d for f, d in zip(self.ctx.flops.dense_flops.values(), store.densities().values())
-        )
-        self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * int(batch[0].shape[0]))
+        # The update replaces the optimizer step: torch optimizers skip parameters without a
+        # gradient (no momentum, no weight decay).
+        for p in pl_module.parameters():
+            p.grad = None
+        # Extra cost of the update iteration: the dense weight gradient, f_D instead of f_S.
+        f_s = sparse_forward_flops(self.ctx.flops.dense_flops, store.densities())
+        self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * self._batch_size)
 
     @staticmethod
     @torch.no_grad()

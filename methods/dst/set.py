@@ -22,10 +22,11 @@ class SET(Static):
     fraction ``zeta`` of the positive weights closest to zero and the fraction ``zeta`` of the
     negative weights closest to zero (Algorithm 1, step 11), then adds the same number of new
     connections at uniformly random inactive positions (step 12), so each layer keeps its exact
-    number of connections. New weights get random values (``regrowth_init="random"``, drawn
-    from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's default Linear/Conv init, as Algorithm 1
-    "adds new random weights"), or zero (``"zero"``, the variant used as SET baseline by
-    Evci et al. 2020). Their optimizer state starts at zero.
+    number of connections. Algorithm 1 adds "new random weights"; ``regrowth_init`` says how:
+    ``"normal"`` (default) draws N(0, ``regrowth_std``²) with std 0.1, as the authors'
+    sparse-Python implementation (``np.random.randn() / 10``); ``"uniform"`` draws
+    U(±1/sqrt(fan_in)), PyTorch's default Linear/Conv init; ``"zero"`` starts them at zero, as
+    the authors' Keras code and Evci et al.'s SET baseline. Their optimizer state starts at zero.
 
     Training FLOPs: ``3 * f_S`` per example; the topology update is O(nnz) and not counted
     (Evci et al. 2020, Appendix H).
@@ -38,11 +39,14 @@ class SET(Static):
     @dataclass
     class Params(Static.Params):
         zeta: float = 0.3
-        regrowth_init: Literal["random", "zero"] = "random"
+        regrowth_init: Literal["normal", "uniform", "zero"] = "normal"
+        regrowth_std: float = 0.1
 
         def validate(self) -> None:
             if not 0.0 < self.zeta < 1.0:
                 raise ValueError(f"zeta must be in (0, 1), got {self.zeta}")
+            if self.regrowth_std <= 0.0:
+                raise ValueError(f"regrowth_std must be > 0, got {self.regrowth_std}")
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if trainer.current_epoch + 1 >= self.ctx.epochs:
@@ -73,11 +77,13 @@ class SET(Static):
         n_grow = int(mask.sum()) - int(kept.sum())
         scores = torch.rand(w.shape, generator=self.ctx.generator).to(w.device)
         grow = topk_mask(torch.where(kept, -inf, scores), n_grow)
-        if self.params.regrowth_init == "random":
-            fan_in = w[0].numel()
-            bound = 1.0 / math.sqrt(fan_in)
-            init = (torch.rand(w.shape, generator=self.ctx.generator) * 2 - 1).to(w.device)
-            weight.data[grow] = (bound * init)[grow].to(weight.dtype)
+        gen = self.ctx.generator
+        if self.params.regrowth_init == "normal":
+            init = torch.randn(w.shape, generator=gen) * self.params.regrowth_std
+        elif self.params.regrowth_init == "uniform":
+            bound = 1.0 / math.sqrt(w[0].numel())  # fan_in of a Linear row / Conv filter
+            init = (torch.rand(w.shape, generator=gen) * 2 - 1) * bound
         else:
-            weight.data[grow] = 0.0
+            init = torch.zeros(w.shape)
+        weight.data[grow] = init.to(device=w.device, dtype=weight.dtype)[grow]
         return kept | grow, grow

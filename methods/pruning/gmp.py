@@ -26,10 +26,12 @@ class GMP(MaskMethod):
     the target s_f exactly, then training continues with the mask fixed.
 
     Defaults: s_i = 0, Δt = 100 steps (the paper recommends 100 to 1000), pruning from 25% to
-    75% of training (the schedule used for gradual pruning by Gale et al. 2019, "The State of
-    Sparsity in Deep Neural Networks", scaled to the run), uniform layer sparsity.
+    75% of training (approximately the window used for gradual pruning by Gale et al. 2019,
+    "The State of Sparsity in Deep Neural Networks", scaled to the run), uniform layer sparsity.
 
-    Training FLOPs: ``3 f_D (1 - s_t)`` per example at step t (Evci et al. 2020, Appendix H).
+    Training FLOPs: ``3 f_S(t)`` per example at step t, the sparse forward FLOPs at that step's
+    layer densities (``3 f_D (1 - s_t)`` for uniform sparsity; Evci et al. 2020, Appendix H).
+    A window shorter than one pruning interval is refused with a ValueError.
 
     Source: Zhu & Gupta 2017, "To prune, or not to prune: exploring the efficacy of pruning for
     model compression", arXiv:1710.01878, Sec. 3, Eq. 1.
@@ -73,6 +75,16 @@ class GMP(MaskMethod):
         s_i, s_f = self.params.initial_sparsity, self.sparsity
         progress = (step - self.t0) / (self.n_prunes * dt)
         return s_f + (s_i - s_f) * (1.0 - progress) ** 3
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        span = int(self.params.end_fraction * self.ctx.total_steps) - self.t0
+        if span < self.params.pruning_frequency:
+            raise ValueError(
+                f"gmp: the pruning window ({self.params.begin_fraction}-"
+                f"{self.params.end_fraction} of {self.ctx.total_steps} steps = {span} steps) is "
+                f"shorter than pruning_frequency = {self.params.pruning_frequency}, so the target "
+                f"sparsity would never be reached; lower pruning_frequency or train longer"
+            )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         s_t = self.sparsity_at(trainer.global_step)

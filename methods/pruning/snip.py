@@ -22,8 +22,11 @@ class SNIP(MaskMethod):
     and the sparse network trained as usual.
 
     Defaults: one batch of the training batch size (``batch_size: null``), drawn with the job's
-    seed. The paper's variance-scaling initialization is not imposed: the task's model uses its
-    own initialization, so all methods start from the same weights.
+    seed; saliency computed in eval mode (BatchNorm running statistics, no dropout), as in the
+    reference code. Biases stay dense (the reference also prunes them): sparsity here counts
+    conv/linear kernels only, as for every method of the suite. The paper's variance-scaling
+    initialization is not imposed: the task's model uses its own initialization, so all methods
+    start from the same weights.
 
     Training FLOPs: ``3 f_D`` per example of the saliency batch, then ``3 f_S`` per example.
 
@@ -51,8 +54,11 @@ class SNIP(MaskMethod):
         x, y = self.saliency_batch()
         x, y = x.to(pl_module.device), y.to(pl_module.device)
         model = pl_module.model
+        was_training = model.training
+        model.eval()  # the reference computes saliency with is_train=False (BatchNorm, dropout)
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
+        model.train(was_training)
         scores = {n: (store.weight(n).grad * store.weight(n)).abs().detach() for n in store.layers}
         model.zero_grad(set_to_none=True)
         # The normalization of Eq. 6 does not change the ranking, so rank |g * w| directly.

@@ -71,7 +71,7 @@ def tiny_fit():
             enable_progress_bar=False,
             enable_model_summary=False,
             num_sanity_val_steps=0,
-            callbacks=[FlopsCallback(ctx.flops), m, *extra_callbacks],
+            callbacks=[m, FlopsCallback(ctx.flops), *extra_callbacks],
         )
         trainer.fit(module, loader)
         return module, m

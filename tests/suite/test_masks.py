@@ -47,6 +47,11 @@ def test_uniform_and_dense_first_layer():
         erk_densities(shapes, 0.0)
 
 
+def test_erk_dense_first_layer_is_outside_the_budget():
+    d = layer_densities({"A": (10, 10), "B": (10, 40)}, 0.5, "erk", dense_first_layer=True)
+    assert d == {"A": 1.0, "B": 0.5}  # B alone gets the target density, as RigL's custom map
+
+
 def test_topk_and_n_keep():
     m = topk_mask(torch.tensor([[0.1, 5.0], [3.0, -1.0]]), 2)
     assert m.tolist() == [[False, True], [True, False]]

@@ -64,7 +64,7 @@ def test_missing_dataset_writes_a_failed_record(tmp_path):
 def test_diverging_run_writes_a_diverged_record(tmp_path):
     rec = run_and_record(
         _spec(tmp_path, lr=1e12, momentum=0.0),
-        JobArgs("d", "rigl", {}, 0.9, 0),
+        JobArgs("d", "rigl", {"update_interval": 5}, 0.9, 0),
         tmp_path / "d.json",
     )
     assert rec["status"] == "diverged"

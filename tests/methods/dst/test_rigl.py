@@ -1,5 +1,6 @@
 import math
 
+import lightning.pytorch as pl
 import pytest
 import torch
 
@@ -55,3 +56,37 @@ def test_rigl_counts_dense_gradient_flops(tiny_fit):
     expected = 3 * f_s * 160 * 4 + n_updates * 16 * (flops.f_dense - f_s)
     assert flops.total == pytest.approx(expected)
     assert not math.isclose(flops.total, 3 * f_s * 160 * 4)
+
+
+class _StepWatcher(pl.Callback):
+    """Weights before and after each iteration, with the step it completed."""
+
+    def __init__(self):
+        self.steps = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._before = {n: p.detach().clone() for n, p in pl_module.model.named_parameters()}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        after = {n: p.detach().clone() for n, p in pl_module.model.named_parameters()}
+        self.steps.append((trainer.global_step, self._before, after))
+
+
+def test_update_iteration_replaces_the_optimizer_step(tiny_fit):
+    watcher = _StepWatcher()
+    _, m = tiny_fit("rigl", 0.8, {"update_interval": 3}, epochs=4, extra_callbacks=[watcher])
+    updates = [s for s in watcher.steps if m.is_update_step(s[0])]
+    regular = [s for s in watcher.steps if not m.is_update_step(s[0])]
+    assert len(updates) >= 3
+    for _, before, after in updates:
+        # Biases and every weight that stays active keep their values: no optimizer step.
+        for name in before:
+            both = (before[name] != 0) & (after[name] != 0)
+            assert torch.equal(before[name][both], after[name][both]), name
+    assert any(not torch.equal(b["0.bias"], a["0.bias"]) for _, b, a in regular)
+
+
+def test_too_short_run_is_refused():
+    r = RigL(RigL.Params(), 0.9, ctx=type("C", (), {"total_steps": 120})())
+    with pytest.raises(ValueError, match="no mask update would happen"):
+        r.on_fit_start(None, None)

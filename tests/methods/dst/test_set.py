@@ -21,11 +21,18 @@ def test_set_removes_zeta_of_positive_and_negative_weights_closest_to_zero():
     assert torch.all(w[grown] == 0)  # zero regrowth init
 
 
-def test_set_random_regrowth_init_is_bounded():
-    w = torch.tensor([[-3.0, -2.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0]])
-    new, grown = _set(init="random").evolve(w, w != 0)
-    bound = 1 / 8**0.5
-    assert torch.all(w[grown].abs() <= bound)
+@pytest.mark.parametrize("init", ["normal", "uniform"])
+def test_set_random_regrowth_init(init):
+    w = torch.zeros(1, 400)
+    w[0, :100] = torch.linspace(1, 2, 100)
+    w[0, 100:200] = -torch.linspace(1, 2, 100)
+    new, grown = _set(zeta=0.3, init=init).evolve(w, w != 0)
+    vals = w[grown]
+    assert vals.numel() == 60 and torch.all(vals != 0)  # random, not zero
+    if init == "uniform":
+        assert torch.all(vals.abs() <= 1 / 400**0.5)
+    else:
+        assert 0.05 < float(vals.std()) < 0.15  # N(0, 0.1^2)
 
 
 def test_set_keeps_exact_layer_nnz_and_changes_topology_each_epoch(tiny_fit):

@@ -31,3 +31,8 @@ def test_gmp_reaches_target_and_sparsity_never_decreases(tiny_fit):
     for a, b in zip(watcher.masks, watcher.masks[1:]):
         if a["0"] is not None and b["0"] is not None:
             assert not torch.any(b["0"] & ~a["0"])
+
+
+def test_window_shorter_than_one_pruning_interval_is_refused():
+    with pytest.raises(ValueError, match="shorter than pruning_frequency = 100"):
+        _gmp(total=100).on_fit_start(None, None)

@@ -33,13 +33,14 @@ def test_snip_keeps_top_abs_grad_times_weight():
     assert module.masks.sparsity() == pytest.approx(0.75)
 
 
-def test_snip_prunes_a_weight_with_zero_saliency():
+def test_snip_ranks_by_gradient_times_weight_not_by_magnitude():
+    # The second input is always 0, so its weights get no gradient: saliency 0 despite |w| = 5, 6.
     model = nn.Sequential(nn.Linear(2, 2, bias=False))
-    with torch.no_grad():  # w = 0 -> |g * w| = 0, whatever g is
-        model[0].weight.copy_(torch.tensor([[0.0, 1.0], [2.0, 0.0]]))
-    data = TensorDataset(torch.ones(4, 2), torch.zeros(4, dtype=torch.long))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[0.1, 5.0], [-0.2, 6.0]]))
+    x = torch.tensor([[1.0, 0.0]]).repeat(4, 1)
+    data = TensorDataset(x, torch.tensor([0, 1, 0, 1]))
     ctx = make_ctx(model, data=data, input_shape=(2,))
-    snip = SNIP(SNIP.Params(), 0.5, ctx)
     module = ClassificationModule(model, 2, RECIPE, 10)
-    snip.on_fit_start(None, module)
-    assert module.masks.masks["0"].tolist() == [[False, True], [True, False]]
+    SNIP(SNIP.Params(), 0.5, ctx).on_fit_start(None, module)
+    assert module.masks.masks["0"].tolist() == [[True, False], [True, False]]
