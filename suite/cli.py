@@ -4,6 +4,7 @@ sparsebench run <pillar> [--spec FILE] --task T --method M [--params JSON] --spa
                 --seed N --out record.json [--threads K] [--parallel-jobs J]
 sparsebench aggregate results/<bench>      # records -> validated runs.parquet
 sparsebench leaderboard results/<bench>    # records -> leaderboard files, no job rerun
+sparsebench retry-failed results/<bench>   # forget failed jobs so snakemake reruns them
 sparsebench methods                        # registered methods, parameters, defaults, sources
 sparsebench validate FILE                  # check a spec, list its jobs
 """
@@ -70,6 +71,33 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_retry_failed(args: argparse.Namespace) -> int:
+    from sparsebench.suite.leaderboard import find_records
+
+    bench = Path(args.bench_dir)
+    failed = []
+    for path in find_records(bench):
+        try:
+            status = json.loads(path.read_text()).get("status")
+        except (OSError, ValueError):
+            status = "unreadable"
+        if status != "ok":
+            failed.append((path, status))
+    if not failed:
+        print(f"no failed, diverged or unreadable records under {bench}")
+        return 0
+    for path, status in failed:
+        print(f"{'would remove' if args.dry_run else 'removing'} [{status}] {path}")
+        if not args.dry_run:
+            path.unlink()
+    if not args.dry_run:
+        # Without runs.parquet Snakemake must rebuild it, and so rerun the missing jobs; it would
+        # otherwise keep the up-to-date table and ignore the deleted records.
+        (bench / "runs.parquet").unlink(missing_ok=True)
+        print("now run the same snakemake command again: only these jobs rerun")
+    return 0
+
+
 def _cmd_methods(args: argparse.Namespace) -> int:
     for name, info in registry.all_methods().items():
         print(f"{name}  [{info.pillar}]")
@@ -129,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("bench_dir")
     lb.add_argument("--top", type=int, default=3, help="rows per (task, sparsity) to print")
     lb.set_defaults(func=_cmd_leaderboard)
+
+    rf = sub.add_parser(
+        "retry-failed", help="delete failed/diverged records so the next snakemake reruns them"
+    )
+    rf.add_argument("bench_dir")
+    rf.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+    rf.set_defaults(func=_cmd_retry_failed)
 
     m = sub.add_parser("methods", help="list registered methods")
     m.set_defaults(func=_cmd_methods)

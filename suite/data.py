@@ -308,6 +308,22 @@ _TORCHVISION: dict[str, _TorchvisionSpec] = {
 }
 
 
+def check_available(name: str, data_root: str | Path, allow_download: bool) -> None:
+    """Raise :class:`DatasetNotFoundError` now if torchvision dataset ``name`` has no files under
+    ``data_root`` and may not download them (a cheap check before any job starts; the package
+    datasets are always available)."""
+    if name not in _TORCHVISION or allow_download:
+        return
+    import torchvision.datasets as tvd
+
+    spec = _TORCHVISION[name]
+    cls = getattr(tvd, spec.cls_name)
+    root = Path(os.path.abspath(data_root))
+    folder, names = _expected_files(cls, root)
+    if any(not (folder / n).is_file() for n in names):
+        raise _not_found(name, spec, cls, root, FileNotFoundError(folder), downloaded=False)
+
+
 def _expected_files(cls: type, root: Path) -> tuple[Path, list[str]]:
     """The folder and file names torchvision's ``cls`` reads under ``root``."""
     if hasattr(cls, "base_folder"):  # CIFAR family: unpacked python-pickle batches
@@ -328,7 +344,7 @@ def _not_found(
         else "files present but failed torchvision's check (corrupted or wrong version?)"
     )
     how = (
-        "Either set `allow_download: true` for this dataset in the benchmark spec (needs internet) "
+        "Either set `allow_download: true` at the top level of the benchmark spec (needs internet) "
         f"or place the files there: {', '.join(names)}"
     )
     if hasattr(cls, "base_folder"):
@@ -396,6 +412,26 @@ DATASETS: dict[str, Loader] = {
     "digits": _load_digits,
     "mnist1d": _load_mnist1d,
     **{name: _torchvision_loader(name) for name in _TORCHVISION},
+}
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a spec check needs to know without loading the data."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    n_train: int  # examples in the train split (after the validation carve)
+
+
+DATASET_INFO: dict[str, DatasetInfo] = {
+    "mnist5k": DatasetInfo((1, 28, 28), 10, 3_500),
+    "digits": DatasetInfo((1, 8, 8), 10, 1_257),
+    "mnist1d": DatasetInfo((40,), 10, 3_500),
+    "mnist": DatasetInfo((1, 28, 28), 10, 54_000),
+    "fashion_mnist": DatasetInfo((1, 28, 28), 10, 54_000),
+    "cifar10": DatasetInfo((3, 32, 32), 10, 45_000),
+    "cifar100": DatasetInfo((3, 32, 32), 100, 45_000),
 }
 
 

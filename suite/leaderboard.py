@@ -32,6 +32,7 @@ LEADERBOARD_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int64(),
     "method": pl.String(),
     "setting_id": pl.String(),
+    "setting": pl.String(),  # readable non-default parameters, e.g. "zeta=0.1"
     "n": pl.Int64(),
     "n_failed": pl.Int64(),
     "test_acc_mean": pl.Float64(),
@@ -181,9 +182,9 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
 
     Raises :class:`TableError` if ``runs`` lacks a column the leaderboard needs.
     """
-    needed = {*GROUP_KEYS, "status", "test_acc", "val_acc", "actual_sparsity", "train_flops",
-              "inference_flops", "train_flops_rel_dense", "inference_flops_rel_dense",
-              "train_wall_s", "infer_ms"}  # fmt: skip
+    needed = {*GROUP_KEYS, "setting", "status", "test_acc", "val_acc", "actual_sparsity",
+              "train_flops", "inference_flops", "train_flops_rel_dense",
+              "inference_flops_rel_dense", "train_wall_s", "infer_ms"}  # fmt: skip
     missing = sorted(needed - set(runs.columns))
     if missing:
         raise TableError(f"runs table lacks column(s) for the leaderboard: {', '.join(missing)}")
@@ -212,8 +213,10 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
         .group_by("task")
         .agg(pl.col("train_wall_s").mean().alias("_dense_wall"))
     )
+    labels = runs.group_by("method", "setting_id").agg(pl.col("setting").first())
     board = (
         stats.join(failed, on=keys, how="full", coalesce=True, nulls_equal=True)
+        .join(labels, on=["method", "setting_id"], how="left")
         .with_columns(pl.col("n", "n_failed").fill_null(0))
         .join(dense_wall, on="task", how="left")
         .with_columns(
@@ -269,7 +272,7 @@ def _md_row(row: dict[str, Any]) -> str:
     cells = [
         _num(row["rank"], "d"),
         f"`{_md_escape(row['method'])}`",
-        _md_escape(row["setting_id"]),
+        _md_escape(row["setting"]),
         _acc_cell(row),
         _pct(row["val_acc_mean"]),
         _pct(row["actual_sparsity_mean"]),
@@ -343,7 +346,7 @@ def leaderboard_markdown(runs: pl.DataFrame, board: pl.DataFrame | None = None) 
             error = _md_escape(str(r.get("error") or "")).strip()
             error = error if len(error) <= 300 else error[:297] + "..."
             out.append(
-                f"- `{r['task']}` `{r['method']}` ({r['setting_id']}) "
+                f"- `{r['task']}` `{r['method']}` ({r['setting']}) "
                 f"sparsity {r['target_sparsity']:g} seed {r['seed']}: **{r['status']}**: {error}"
             )
         out.append("")
@@ -374,17 +377,17 @@ def pareto_plot(board: pl.DataFrame, path: Path) -> None:
     plotted = board.filter(pl.col("test_acc_mean").is_not_null() & (pl.col("train_flops_mean") > 0))
     for ax, task in zip(axes, tasks):
         tb = plotted.filter(pl.col("task") == task)
-        settings = tb.select("method", "setting_id").unique(maintain_order=True)
+        settings = tb.select("method", "setting_id", "setting").unique(maintain_order=True)
         multi = settings.group_by("method").len().filter(pl.col("len") > 1)
         multi_methods = set(multi.get_column("method").to_list())
-        for method, setting in settings.iter_rows():
+        for method, setting, label_text in settings.iter_rows():
             line = tb.filter((pl.col("method") == method) & (pl.col("setting_id") == setting)).sort(
                 "train_flops_mean"
             )
             x = line.get_column("train_flops_mean").to_list()
             y = [100 * v for v in line.get_column("test_acc_mean").to_list()]
             err = [100 * (v or 0.0) for v in line.get_column("test_acc_std").to_list()]
-            label = f"{method} [{setting}]" if method in multi_methods else method
+            label = f"{method} [{label_text}]" if method in multi_methods else method
             if method == DENSE:
                 ax.axhline(y[0], color="black", linestyle="--", linewidth=1, label=label)
                 ax.errorbar(x, y, yerr=err, color="black", marker="*", markersize=10,
@@ -462,9 +465,7 @@ def print_top(source: Path | pl.DataFrame, n: int = 3) -> str:
         for r in part.head(n).to_dicts():
             rank = "-" if r["rank"] is None else str(r["rank"])
             flops = _times(r["train_flops_rel_dense_mean"])
-            name = (
-                r["method"] if r["setting_id"] == "default" else f"{r['method']}[{r['setting_id']}]"
-            )
+            name = r["method"] if r["setting_id"] == "default" else f"{r['method']}[{r['setting']}]"
             lines.append(
                 f"  {rank:>2}. {name:<18} {_acc_cell(r):<24} "
                 f"train FLOPs {flops} dense  train {_num(r['train_wall_s_mean'])} s"

@@ -63,6 +63,12 @@ class MaskMethod(pl.Callback):
         self.density = 1.0 - self.sparsity
         self.ctx = ctx
 
+    @classmethod
+    def check_budget(cls, params: Any, total_steps: int) -> None:
+        """Raise ValueError if a run of ``total_steps`` optimizer steps is too short for the
+        method to act as published. Called by spec validation (before any job starts) and
+        again when the job starts. The default accepts any budget."""
+
 
 class FlopsCallback(pl.Callback):
     """Counts 3 x sparse forward FLOPs per training example at each step's masks."""

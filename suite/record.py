@@ -29,6 +29,7 @@ COMMON_COLUMNS: dict[str, type] = {
     "method": str,
     "params_json": str,  # all parameters of the method, JSON with sorted keys
     "setting_id": str,  # "default" or a hash of the non-default parameters
+    "setting": str,  # the non-default parameters, readable: "default" or "zeta=0.1, ..."
     "execution": str,  # how sparse layers run: dense_mask (dense x mask)
     "target_sparsity": float,
     "actual_sparsity": float,  # from the masks, over prunable weights

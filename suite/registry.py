@@ -196,6 +196,12 @@ def non_default_params(params: Any) -> dict[str, Any]:
     return out
 
 
+def setting_label(params: Any) -> str:
+    """Readable form of :func:`setting_id`: ``default`` or ``name=value, ...`` (sorted)."""
+    nd = non_default_params(params)
+    return ", ".join(f"{k}={v}" for k, v in sorted(nd.items())) or "default"
+
+
 def setting_id(params: Any) -> str:
     """Short stable id of a parameter setting, as in open_lth: ``default`` when every parameter
     is at its default, else a hash of the non-default values. A new parameter added later with a

@@ -189,6 +189,7 @@ def base_record(spec: Spec, job: JobArgs) -> dict[str, Any]:
         method=job.method,
         params_json=setting.params_json,
         setting_id=setting.setting_id,
+        setting=registry.setting_label(params),
         execution=spec.data["execution"],
         target_sparsity=job.sparsity if info.sparse else 0.0,
         seed=job.seed,

@@ -113,6 +113,7 @@ class RunsSchema(pa.DataFrameModel):
     method: str
     params_json: str
     setting_id: str
+    setting: str
     execution: str = pa.Field(nullable=True)
     target_sparsity: float = pa.Field(ge=0.0, lt=1.0)
     actual_sparsity: float = pa.Field(ge=0.0, le=1.0, nullable=True)

@@ -16,6 +16,8 @@ import copy
 import hashlib
 import itertools
 import json
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,29 @@ DEFAULT_SPEC = BENCHMARKS_DIR / "default.yaml"
 
 class SpecError(ValueError):
     """An invalid benchmark spec; the message names file, key path, value and what is allowed."""
+
+
+class SpecLoader(yaml.SafeLoader):
+    """YAML loader for specs: reads ``1e-3`` as a float (YAML 1.2; PyYAML's YAML 1.1 rules
+    would make it the string "1e-3") and refuses duplicate keys instead of keeping the last."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def _schema() -> dict[str, Any]:
@@ -64,6 +89,11 @@ def _format_schema_error(err: jsonschema.ValidationError, schema: dict, source: 
         return f"{source}: {where}: unknown key {bad}; allowed keys: {', '.join(allowed)}"
     if err.validator == "required":
         return f"{source}: {where}: {err.message}"
+    if err.validator == "type":
+        got = "nothing (empty)" if err.instance is None else repr(err.instance)
+        return f"{source}: {where}: expected {err.validator_value}, got {got}"
+    if err.validator == "uniqueItems":
+        return f"{source}: {where}: repeated values in {err.instance!r}; list each value once"
     if err.validator == "enum":
         allowed = ", ".join(repr(v) for v in err.validator_value)
         return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}"
@@ -147,16 +177,29 @@ class Spec:
         return self.data["tasks"][name]
 
     def settings(self, method: str) -> list[Setting]:
-        """Expand the parameter grid of ``method`` (a list value is a grid axis)."""
+        """Expand the parameter grid of ``method`` (a list value is a grid axis).
+
+        Raises SpecError for an empty list or a list with repeated values."""
         raw = self.data["methods"][method] or {}
         keys = sorted(raw)
         axes = [raw[k] if isinstance(raw[k], list) else [raw[k]] for k in keys]
+        for key, axis in zip(keys, axes):
+            where = f"{self.source}: methods.{method}.{key}"
+            if not axis:
+                raise SpecError(f"{where}: empty list; give at least one value")
+            if len({json.dumps(v, sort_keys=True) for v in axis}) < len(axis):
+                raise SpecError(f"{where}: repeated values in {axis!r}; list each value once")
         out = []
         for values in itertools.product(*axes):
             params = registry.build_params(
                 method, dict(zip(keys, values)), where=f"{self.source}: methods.{method}"
             )
             out.append(Setting(method, params, registry.setting_id(params)))
+        ids = [s.setting_id for s in out]
+        if len(set(ids)) < len(ids):  # e.g. [0.3, 0.30000] or a value equal to the default
+            raise SpecError(
+                f"{self.source}: methods.{method}: two grid points give the same parameters"
+            )
         return out
 
     def jobs(self) -> list[Job]:
@@ -190,6 +233,8 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
     Raises: SpecError naming ``source``, the key path, the bad value and what is allowed.
     """
     schema = _schema()
+    if data is None:
+        raise SpecError(f"{source}: the spec is empty; see suite/benchmarks/default.yaml")
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the spec must be a YAML mapping, got {type(data).__name__}")
     data = copy.deepcopy(data)
@@ -206,7 +251,40 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
         spec.settings(method)  # builds every Params: names and types checked here
     if any(registry.get_method(m).sparse for m in data["methods"]) and not data["sparsities"]:
         raise SpecError(f"{source}: sparsities: sparse methods need at least one sparsity")
+    _preflight(spec)
     return spec
+
+
+def _preflight(spec: Spec) -> None:
+    """Checks that need the registries' knowledge but no data: the model fits the dataset, the
+    torchvision files are there (or may be downloaded), every method can act within the task's
+    step budget. Catches at validation what would otherwise fail one job at a time."""
+    from sparsebench.suite.data import DATASET_INFO, DatasetNotFoundError, check_available
+    from sparsebench.suite.models import build_model
+
+    src, data = spec.source, spec.data
+    for name, task in data["tasks"].items():
+        info = DATASET_INFO[task["dataset"]]
+        try:
+            build_model(task["model"], info.input_shape, info.num_classes)
+        except ValueError as e:
+            raise SpecError(f"{src}: tasks.{name}.model: {e}") from None
+        try:
+            check_available(task["dataset"], data["data_root"], data["allow_download"])
+        except DatasetNotFoundError as e:
+            raise SpecError(f"{src}: tasks.{name}.dataset: {e}") from None
+        recipe = task["recipe"]
+        total_steps = math.ceil(info.n_train / recipe["batch_size"]) * recipe["epochs"]
+        for method in data["methods"]:
+            cls = registry.get_method(method).cls
+            for setting in spec.settings(method):
+                try:
+                    cls.check_budget(setting.params, total_steps)
+                except ValueError as e:
+                    raise SpecError(
+                        f"{src}: methods.{method} (setting {registry.setting_label(setting.params)}"
+                        f") on tasks.{name}: {e}"
+                    ) from None
 
 
 def _check_registries(data: dict[str, Any], source: str) -> None:
@@ -243,7 +321,7 @@ def load(path: str | Path) -> Spec:
     if not path.is_file():
         raise SpecError(f"{path}: spec file not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=SpecLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML: {e}") from None
     try:

@@ -31,6 +31,7 @@ def make_record() -> MakeRecord:
             "method": method,
             "params_json": "{}",
             "setting_id": "default",
+            "setting": "default",
             "execution": "dense_mask",
             "target_sparsity": sparsity,
             "actual_sparsity": sparsity,

@@ -76,13 +76,18 @@ class RigL(Static):
     def is_update_step(self, step: int) -> bool:
         return step > 0 and step % self.params.update_interval == 0 and step < self.t_end
 
-    def on_fit_start(self, trainer, pl_module) -> None:
-        if self.t_end <= self.params.update_interval:
+    @classmethod
+    def check_budget(cls, params: Params, total_steps: int) -> None:
+        t_end = int(params.end_fraction * total_steps)
+        if t_end <= params.update_interval:
             raise ValueError(
                 f"rigl: no mask update would happen: T_end = end_fraction x total_steps = "
-                f"{self.t_end} steps <= update_interval = {self.params.update_interval}; "
+                f"{t_end} of {total_steps} steps <= update_interval = {params.update_interval}; "
                 f"lower update_interval or train longer"
             )
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.check_budget(self.params, self.ctx.total_steps)
         super().on_fit_start(trainer, pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:

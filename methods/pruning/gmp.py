@@ -76,15 +76,19 @@ class GMP(MaskMethod):
         progress = (step - self.t0) / (self.n_prunes * dt)
         return s_f + (s_i - s_f) * (1.0 - progress) ** 3
 
-    def on_fit_start(self, trainer, pl_module) -> None:
-        span = int(self.params.end_fraction * self.ctx.total_steps) - self.t0
-        if span < self.params.pruning_frequency:
+    @classmethod
+    def check_budget(cls, params: Params, total_steps: int) -> None:
+        span = int(params.end_fraction * total_steps) - int(params.begin_fraction * total_steps)
+        if span < params.pruning_frequency:
             raise ValueError(
-                f"gmp: the pruning window ({self.params.begin_fraction}-"
-                f"{self.params.end_fraction} of {self.ctx.total_steps} steps = {span} steps) is "
-                f"shorter than pruning_frequency = {self.params.pruning_frequency}, so the target "
-                f"sparsity would never be reached; lower pruning_frequency or train longer"
+                f"gmp: the pruning window ({params.begin_fraction}-{params.end_fraction} of "
+                f"{total_steps} steps = {span} steps) is shorter than pruning_frequency = "
+                f"{params.pruning_frequency}, so the target sparsity would never be reached; "
+                f"lower pruning_frequency or train longer"
             )
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.check_budget(self.params, self.ctx.total_steps)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         s_t = self.sparsity_at(trainer.global_step)

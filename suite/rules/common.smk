@@ -3,16 +3,17 @@ import json
 import os
 import sys
 
-from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load, validate
+from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
 
 
 def _load_spec():
     cli_files = [str(f) for f in workflow.overwrite_configfiles]
+    if len(cli_files) > 1:
+        sys.exit(f"sparsebench: give one --configfile (a whole spec), got {cli_files}")
     try:
-        if cli_files:
-            # --configfile given: `config` holds it (merged with any --config overrides).
-            return validate(dict(config), source=", ".join(cli_files))
-        return load(DEFAULT_SPEC)
+        # Read the file with the suite's own YAML loader (1e-3 is a float, duplicate keys are
+        # errors) rather than Snakemake's `config`, which would keep "1e-3" as a string.
+        return load(cli_files[0] if cli_files else DEFAULT_SPEC)
     except SpecError as e:
         sys.exit(f"sparsebench: invalid spec: {e}")
 

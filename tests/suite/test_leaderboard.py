@@ -275,3 +275,17 @@ def test_print_top(tmp_path, runs) -> None:
     assert print_top(runs, n=1) == text  # a runs frame gives the same text
     with pytest.raises(TableError, match="no leaderboard"):
         print_top(tmp_path / "empty")
+
+
+def test_settings_are_shown_by_their_parameters(make_record, tmp_path) -> None:
+    recs = [
+        make_record(method="dense", seed=0, test_acc=0.95),
+        make_record(method="set", test_acc=0.90, setting_id="pa", setting="zeta=0.1"),
+        make_record(method="set", test_acc=0.80),
+    ]
+    runs = aggregate(write_records(tmp_path, recs), tmp_path / "runs.parquet")
+    board = build_leaderboard(runs)
+    assert set(board["setting"]) == {"default", "zeta=0.1"}
+    write_leaderboard(runs, tmp_path)
+    md = (tmp_path / "leaderboard.md").read_text()
+    assert "| zeta=0.1 |" in md and "| pa |" not in md

@@ -14,7 +14,7 @@ BASE = {
             "recipe": {"epochs": 1, "batch_size": 32, "lr": 0.1},
         }
     },
-    "methods": {"dense": {}, "rigl": {"drop_fraction": [0.1, 0.3]}},
+    "methods": {"dense": {}, "rigl": {"drop_fraction": [0.1, 0.3], "update_interval": 5}},
     "sparsities": [0.5, 0.9],
     "seeds": [0, 1],
 }
@@ -42,8 +42,8 @@ def _with(**changes):
 def test_default_spec_is_valid_and_expands():
     spec = load(DEFAULT_SPEC)
     jobs = spec.jobs()
-    # 6 sparse methods x 4 sparsities x 3 seeds + dense x 3 seeds
-    assert len(jobs) == 6 * 4 * 3 + 3
+    # (6 sparse methods + a second SET setting) x 4 sparsities x 3 seeds + dense x 3 seeds
+    assert len(jobs) == 7 * 4 * 3 + 3
     assert len({j.record_path for j in jobs}) == len(jobs)
 
 
@@ -52,8 +52,8 @@ def test_grid_and_defaults(tmp_path):
     jobs = spec.jobs()
     assert len(jobs) == 2 + 2 * 2 * 2  # dense per seed; rigl 2 settings x 2 sparsities x 2 seeds
     assert spec.data["tasks"]["d"]["recipe"]["momentum"] == 0.9  # schema default filled in
-    ids = {j.setting_id for j in jobs if j.method == "rigl"}
-    assert len(ids) == 2 and "default" in ids  # drop_fraction 0.3 is RigL's default
+    labels = {j.setting_id: j for j in jobs if j.method == "rigl"}
+    assert len(labels) == 2 and "default" not in labels  # update_interval 5 is not the default
 
 
 @pytest.mark.parametrize(
@@ -99,3 +99,53 @@ def test_missing_file_and_bad_yaml(tmp_path):
     bad.write_text("benchmark: [unclosed")
     with pytest.raises(SpecError, match="not valid YAML"):
         load(bad)
+
+
+def test_yaml_12_floats_are_numbers_and_duplicate_keys_are_refused(tmp_path):
+    text = yaml.safe_dump(BASE).replace("lr: 0.1", "lr: 1e-3")
+    assert "lr: 1e-3" in text
+    spec = load(_write_text(tmp_path, text))
+    assert spec.data["tasks"]["d"]["recipe"]["lr"] == 0.001
+    dup = text + "methods:\n  set: {}\n"
+    with pytest.raises(SpecError, match="duplicate key 'methods'"):
+        load(_write_text(tmp_path, dup))
+
+
+def _write_text(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "t.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (_with(methods={"set": {"zeta": []}}), ["methods.set.zeta", "empty list"]),
+        (_with(methods={"set": {"zeta": [0.1, 0.1]}}), ["methods.set.zeta", "repeated values"]),
+        (_with(methods={"set": {"zeta": [0.3, None]}}), ["methods.set", "zeta"]),
+        (_with(sparsities=[0.9, 0.9]), ["sparsities", "repeated values"]),
+        (_with(methods=None), ["methods", "expected object, got nothing (empty)"]),
+        # Pre-flight checks: would otherwise fail only when the job runs.
+        (_with(tasks__d__model="lenet5"), ["tasks.d.model", "lenet5 needs H, W >= 16"]),
+        (_with(tasks__d__dataset="mnist"), ["tasks.d.dataset", "not found", "allow_download"]),
+        (
+            _with(methods={"rigl": {"update_interval": 100}}),
+            ["methods.rigl", "tasks.d", "no mask update would happen", "update_interval = 100"],
+        ),
+        (_with(methods={"gmp": {}}), ["methods.gmp", "shorter than pruning_frequency"]),
+    ],
+)
+def test_grid_and_preflight_errors(tmp_path, data, expected):
+    with pytest.raises(SpecError) as e:
+        load(_write(tmp_path, data, "my_spec.yaml"))
+    msg = str(e.value)
+    assert "my_spec.yaml" in msg
+    for part in expected:
+        assert part in msg, f"{part!r} not in {msg!r}"
+
+
+def test_empty_spec_file(tmp_path):
+    p = tmp_path / "empty.yaml"
+    p.write_text("")
+    with pytest.raises(SpecError, match="the spec is empty"):
+        load(p)
