@@ -8,9 +8,11 @@
 include: "suite/rules/common.smk"
 include: "suite/rules/classification.smk"
 include: "suite/rules/aggregate.smk"
+include: "suite/rules/hessian.smk"
 
 
 rule all:
     input:
         LEADERBOARD_FILES,
+        HESSIAN_FILES,
     default_target: True

@@ -51,6 +51,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run_hessian(args: argparse.Namespace) -> int:
+    from sparsebench.suite.hessian_run import run_and_record_hessian
+    from sparsebench.suite.spec import load
+
+    if not args.spec:
+        raise SystemExit("sparsebench run hessian: give --spec FILE (or set SPARSEBENCH_SPEC)")
+    spec = load(args.spec)
+    cells = [
+        c
+        for c in spec.hessian_cells()
+        if c.record_path.endswith(
+            f"/{args.system}/{args.potential_tag}/{args.method}/n{args.size}/record.json"
+        )
+    ]
+    if not cells:
+        raise SystemExit(
+            f"no hessian job {args.system}/{args.potential_tag}/{args.method}/"
+            f"n{args.size} in {args.spec}"
+        )
+    r = run_and_record_hessian(spec, cells[0], args.out, args.threads, args.parallel_jobs)
+    summary = (
+        f"wall {r['wall_s']:.3f} s, {r['n_hvps']} HVPs, rel_err {r['rel_err']}"
+        if r["status"] == "ok"
+        else f"error={r['error']}"
+    )
+    print(
+        f"[{r['status']}] {args.system} n={args.size} {args.potential_tag} {args.method}: "
+        f"{summary} -> {args.out}"
+    )
+    return 0
+
+
 def _cmd_aggregate(args: argparse.Namespace) -> int:
     from sparsebench.suite.leaderboard import aggregate, find_records
 
@@ -61,13 +93,23 @@ def _cmd_aggregate(args: argparse.Namespace) -> int:
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
+    from sparsebench.suite import hessian_board
     from sparsebench.suite.leaderboard import aggregate, find_records, print_top, write_leaderboard
 
     bench = Path(args.bench_dir)
-    runs = aggregate(find_records(bench), bench / "runs.parquet")
-    write_leaderboard(runs, bench)
-    print(f"leaderboard: {bench / 'leaderboard.md'} (also .csv, .json, pareto.png)")
-    print(print_top(bench, n=args.top))
+    hessian_records = sorted((bench / "hessian").glob("**/record.json"))
+    has_runs = any((bench / "runs").glob("**/record.json"))
+    if has_runs or not hessian_records:  # no records at all: find_records explains
+        runs = aggregate(find_records(bench), bench / "runs.parquet")
+        write_leaderboard(runs, bench)
+        print(f"leaderboard: {bench / 'leaderboard.md'} (also .csv, .json, pareto.png)")
+        print(print_top(bench, n=args.top))
+    if hessian_records:
+        prefix = "hessian_" if has_runs else ""
+        hruns = hessian_board.aggregate(hessian_records, bench / f"{prefix}runs.parquet")
+        files = hessian_board.write_leaderboard(hruns, bench, prefix)
+        print(f"hessian leaderboard: {files['md']} (also .csv, .json, {files['png'].name})")
+        print(hessian_board.summary(hruns))
     return 0
 
 
@@ -116,10 +158,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from sparsebench.suite.spec import load
 
     spec = load(args.spec)
-    jobs = spec.jobs()
-    print(f"{args.spec}: valid; benchmark {spec.benchmark!r}, {len(jobs)} jobs")
-    for job in jobs[: args.show]:
-        print(f"  {job.record_path}")
+    paths = [j.record_path for j in spec.jobs()] + [c.record_path for c in spec.hessian_cells()]
+    print(f"{args.spec}: valid; benchmark {spec.benchmark!r}, {len(paths)} jobs")
+    for path in paths[: args.show]:
+        print(f"  {path}")
     return 0
 
 
@@ -148,6 +190,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="jobs running at once (recorded with the wall-clock figures)",
     )
     r.set_defaults(func=_cmd_run)
+
+    rh = sub.add_parser("run-hessian", help="run one hessian job and write its record")
+    rh.add_argument("--spec", default=os.environ.get("SPARSEBENCH_SPEC"))
+    rh.add_argument("--system", required=True)
+    rh.add_argument("--size", type=int, required=True)
+    rh.add_argument("--potential-tag", required=True, help="e.g. pair, or pair-<hash>")
+    rh.add_argument("--method", required=True)
+    rh.add_argument("--out", required=True)
+    rh.add_argument("--threads", type=int, default=1)
+    rh.add_argument(
+        "--parallel-jobs", type=int, default=int(os.environ.get("SPARSEBENCH_PARALLEL_JOBS", "1"))
+    )
+    rh.set_defaults(func=_cmd_run_hessian)
 
     a = sub.add_parser("aggregate", help="validate the records into runs.parquet")
     a.add_argument("bench_dir")

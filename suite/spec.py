@@ -152,6 +152,33 @@ class Job:
         )
 
 
+@dataclass(frozen=True)
+class HessianCell:
+    """One (system, size, potential, method) cell of a spec's ``hessian`` section."""
+
+    benchmark: str
+    system: str
+    size: int
+    potential: str
+    potential_params_json: str
+    method: str
+
+    @property
+    def potential_tag(self) -> str:
+        """``pair``, or ``pair-<hash>`` when the potential has non-default parameters."""
+        if self.potential_params_json == "{}":
+            return self.potential
+        digest = hashlib.sha1(self.potential_params_json.encode()).hexdigest()[:8]
+        return f"{self.potential}-{digest}"
+
+    @property
+    def record_path(self) -> str:
+        return (
+            f"results/{self.benchmark}/hessian/{self.system}/{self.potential_tag}/"
+            f"{self.method}/n{self.size}/record.json"
+        )
+
+
 @dataclass
 class Spec:
     """A validated spec (defaults filled in) and where it came from."""
@@ -202,10 +229,40 @@ class Spec:
             )
         return out
 
-    def jobs(self) -> list[Job]:
-        """Every job of the benchmark, in a stable order."""
+    def hessian_cells(self) -> list[HessianCell]:
+        """Every job of the ``hessian`` section; ``truncated`` is skipped for potentials whose
+        Hessian reaches only 1 hop (nothing to truncate), ``dense`` above ``dense_max_atoms``."""
+        from sparsebench.methods.hessian.systems import n_atoms
+
+        h = self.data.get("hessian")
+        if not h:
+            return []
         out = []
-        for task in self.data["tasks"]:
+        for system, sys_spec in h["systems"].items():
+            for potential, params in h["potentials"].items():
+                hops = _potential_hops(potential, params or {})
+                for method in h["methods"]:
+                    if method == "truncated" and hops <= 1:
+                        continue
+                    for size in sys_spec["sizes"]:
+                        if method == "dense" and n_atoms(system, size) > h["dense_max_atoms"]:
+                            continue
+                        out.append(
+                            HessianCell(
+                                self.benchmark,
+                                system,
+                                size,
+                                potential,
+                                json.dumps(params or {}, sort_keys=True),
+                                method,
+                            )
+                        )
+        return out
+
+    def jobs(self) -> list[Job]:
+        """Every classification (dst, pruning) job of the benchmark, in a stable order."""
+        out = []
+        for task in self.data.get("tasks", {}):
             for method in self.data["methods"]:
                 info = registry.get_method(method)
                 sparsities = self.data["sparsities"] if info.sparse else [0.0]
@@ -245,14 +302,40 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
     if errors:
         raise SpecError(_format_schema_error(errors[0], schema, source))
     data = _fill_defaults(data, schema)
-    _check_registries(data, source)
+    if "tasks" not in data and "hessian" not in data:
+        raise SpecError(
+            f"{source}: (top level): the spec needs `tasks` + `methods` (dst, "
+            "pruning) or a `hessian` section, or both"
+        )
+    if ("tasks" in data) != ("methods" in data):
+        missing = "methods" if "tasks" in data else "tasks"
+        raise SpecError(
+            f"{source}: (top level): `tasks` and `methods` go together; `{missing}` is missing"
+        )
     spec = Spec(data, source)
-    for method in data["methods"]:
-        spec.settings(method)  # builds every Params: names and types checked here
-    if any(registry.get_method(m).sparse for m in data["methods"]) and not data["sparsities"]:
-        raise SpecError(f"{source}: sparsities: sparse methods need at least one sparsity")
-    _preflight(spec)
+    if "tasks" in data:
+        _check_registries(data, source)
+        for method in data["methods"]:
+            spec.settings(method)  # builds every Params: names and types checked here
+        if any(registry.get_method(m).sparse for m in data["methods"]) and not data["sparsities"]:
+            raise SpecError(f"{source}: sparsities: sparse methods need at least one sparsity")
+        _preflight(spec)
+    if "hessian" in data:
+        for potential, params in data["hessian"]["potentials"].items():
+            try:
+                _potential_hops(potential, params or {})
+            except ValueError as e:
+                raise SpecError(f"{source}: hessian.potentials.{potential}: {e}") from None
     return spec
+
+
+def _potential_hops(kind: str, params: dict[str, Any]) -> int:
+    """K of potential ``kind`` with ``params`` (builds it on methane; validates the params).
+    Raises ValueError for unknown or bad parameters."""
+    from sparsebench.methods.hessian.potentials import build_potential
+    from sparsebench.methods.hessian.systems import build_system
+
+    return build_potential(kind, build_system("alkane", 1), **params).hops
 
 
 def _preflight(spec: Spec) -> None:

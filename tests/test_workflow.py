@@ -78,3 +78,31 @@ def test_bad_spec_stops_before_any_job(tmp_path):
     assert run.returncode != 0
     assert "unknown method 'rigel'" in run.stderr + run.stdout
     assert "tiny.yaml" in run.stderr + run.stdout
+
+
+HESSIAN = """
+benchmark: hess
+hessian:
+  systems: {alkane: {sizes: [3, 6]}}
+  potentials: {pair: {}, schnet: {}}
+  methods: [dense, colored, truncated]
+"""
+
+
+def test_hessian_spec_runs_end_to_end(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(HESSIAN)
+    run = _snakemake(tmp_path, "--cores", "2")
+    assert run.returncode == 0, run.stderr[-3000:]
+    bench = tmp_path / "results" / "hess"
+    for name in [
+        "runs.parquet",
+        "leaderboard.md",
+        "leaderboard.csv",
+        "leaderboard.json",
+        "scaling.png",
+    ]:
+        assert (bench / name).is_file(), name
+    runs = pl.read_parquet(bench / "runs.parquet")
+    assert runs.height == 10 and set(runs["status"]) == {"ok"}
+    exact = runs.filter(pl.col("method") == "colored")
+    assert exact["rel_err"].max() <= 1e-10

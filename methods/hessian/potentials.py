@@ -26,6 +26,7 @@ Potentials:
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -429,4 +430,19 @@ def build_potential(
         )
     if "elements" in params:
         params["elements"] = tuple(params["elements"])
+    hints = typing.get_type_hints(cls.Params)
+    for name, value in params.items():
+        expected = hints[name]
+        ok = (
+            isinstance(value, int | float) and not isinstance(value, bool)
+            if expected is float
+            else isinstance(value, int) and not isinstance(value, bool)
+            if expected is int
+            else True
+        )
+        if not ok:
+            raise ValueError(
+                f"parameter {name!r} of potential {kind!r} has value {value!r} "
+                f"({type(value).__name__}); expected {getattr(expected, '__name__', expected)}"
+            )
     return cls(atoms, cls.Params(**params), dtype=dtype, device=device)

@@ -241,6 +241,14 @@ def small_molecule(name: str) -> ase.Atoms:
 SYSTEMS: dict[str, Callable[..., ase.Atoms]] = {"alkane": alkane, "water": water_cluster}
 
 
+def n_atoms(kind: str, size: int) -> int:
+    """Atoms of ``build_system(kind, size)`` without building it: alkane 3n + 2, water 3m."""
+    counts = {"alkane": lambda n: 3 * n + 2, "water": lambda m: 3 * m}
+    if kind not in counts:
+        raise ValueError(f"unknown system {kind!r}; allowed: {', '.join(sorted(counts))}")
+    return counts[kind](size)
+
+
 def build_system(kind: str, size: int, seed: int = 0) -> ase.Atoms:
     """Build a benchmark system: ``alkane(size)`` (seed unused, the geometry is fixed) or
     ``water_cluster(size, seed)``. Unknown ``kind`` raises ValueError listing the allowed ones.

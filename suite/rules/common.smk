@@ -39,14 +39,33 @@ def _parallel_jobs():
 
 PARALLEL_JOBS = _parallel_jobs()
 RECORDS = sorted(JOBS)
+HESSIAN_CELLS = {cell.record_path: cell for cell in SPEC.hessian_cells()}
+HESSIAN_RECORDS = sorted(HESSIAN_CELLS)
+# A hessian-only spec writes runs.parquet / leaderboard.md; next to dst/pruning tasks the hessian
+# tables get a prefix so the two pillars' files do not collide.
+HESSIAN_PREFIX = "" if HESSIAN_CELLS and not JOBS else "hessian_"
 # Handed to `sparsebench run` through the environment, not the shell string: Snakemake reruns a
 # job whose shell code changed, and neither the spec's path nor --cores changes a job's result.
 os.environ["SPARSEBENCH_SPEC"] = SPEC_FILE
 os.environ["SPARSEBENCH_PARALLEL_JOBS"] = str(PARALLEL_JOBS)
-LEADERBOARD_FILES = expand(
-    "results/{bench}/{name}",
-    bench=BENCH,
-    name=["leaderboard.md", "leaderboard.csv", "leaderboard.json", "pareto.png"],
+LEADERBOARD_FILES = (
+    expand(
+        "results/{bench}/{name}",
+        bench=BENCH,
+        name=["leaderboard.md", "leaderboard.csv", "leaderboard.json", "pareto.png"],
+    )
+    if JOBS
+    else []
+)
+HESSIAN_FILES = (
+    expand(
+        "results/{bench}/{prefix}{name}",
+        bench=BENCH,
+        prefix=HESSIAN_PREFIX,
+        name=["leaderboard.md", "leaderboard.csv", "leaderboard.json", "scaling.png"],
+    )
+    if HESSIAN_CELLS
+    else []
 )
 
 

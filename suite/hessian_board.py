@@ -1,0 +1,281 @@
+"""Hessian pillar tables: records -> validated runs table (pandera) -> leaderboard and scaling
+plot (polars, matplotlib).
+
+The leaderboard has one row per (system, n_atoms, potential, method) and, per (system,
+potential), the fitted exponent p of wall_s ∝ n_atoms^p for the colored method (least squares
+on log-log over sizes with n_atoms >= 50, where fixed overheads no longer dominate).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandera.polars as pa
+import polars as pl
+
+from sparsebench.suite.hessian_run import HESSIAN_COLUMNS
+from sparsebench.suite.record import write_json_atomic
+from sparsebench.suite.schemas import TableError
+
+_DTYPES = {str: pl.String, int: pl.Int64, float: pl.Float64, bool: pl.Boolean}
+SCALING_MIN_ATOMS = 50
+
+
+class HessianRunsSchema(pa.DataFrameModel):
+    """Runs table of the hessian pillar (extra provenance columns allowed)."""
+
+    benchmark: str
+    pillar: str = pa.Field(isin=["hessian"])
+    system: str
+    size: int = pa.Field(ge=1)
+    n_atoms: int = pa.Field(ge=1, nullable=True)
+    potential: str
+    method: str = pa.Field(isin=["dense", "colored", "truncated"])
+    status: str = pa.Field(isin=["ok", "failed"])
+    error: str = pa.Field(nullable=True)
+    n_colors: int = pa.Field(ge=1, nullable=True)
+    n_hvps: int = pa.Field(ge=1, nullable=True)
+    nnz: int = pa.Field(ge=0, nullable=True)
+    fill: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    wall_s: float = pa.Field(ge=0.0, nullable=True)
+    dense_wall_s: float = pa.Field(ge=0.0, nullable=True)
+    rel_err: float = pa.Field(ge=0.0, nullable=True)
+    peak_mem_mb: float = pa.Field(ge=0.0, nullable=True)
+
+    class Config:
+        strict = False
+
+    @pa.dataframe_check
+    def ok_rows_have_metrics(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        ok = pl.col("status") == "ok"
+        return data.lazyframe.select((~ok | pl.col("wall_s").is_not_null()).fill_null(True))
+
+
+def collect(paths: Iterable[Path]) -> pl.DataFrame:
+    """Read hessian records into a typed frame (columns of ``HESSIAN_COLUMNS`` first).
+    Raises TableError naming a record that is not valid JSON."""
+    rows = []
+    for p in paths:
+        try:
+            rows.append(json.loads(Path(p).read_text()))
+        except (OSError, ValueError) as e:
+            raise TableError(f"cannot read record {p}: {e}") from None
+    if not rows:
+        raise TableError("no hessian records to collect; run the benchmark first")
+    schema = {c: _DTYPES[t] for c, t in HESSIAN_COLUMNS.items()}
+    table = {c: [r.get(c) for r in rows] for c in schema}
+    return pl.DataFrame(table, schema=schema, strict=False)
+
+
+def aggregate(paths: Iterable[Path], out_parquet: Path) -> pl.DataFrame:
+    """Collect, validate (pandera) and write the runs table. Raises TableError on a bad row,
+    naming it."""
+    df = collect(paths)
+    try:
+        HessianRunsSchema.validate(df, lazy=True)
+    except pa.errors.SchemaErrors as e:
+        cases = e.failure_cases.head(5).to_dicts()
+        raise TableError(f"invalid hessian runs table: {cases}") from None
+    out_parquet = Path(out_parquet)
+    out_parquet.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_parquet.with_suffix(".parquet.tmp")
+    df.write_parquet(tmp)
+    tmp.replace(out_parquet)
+    return df
+
+
+def scaling_exponents(runs: pl.DataFrame, method: str = "colored") -> pl.DataFrame:
+    """Least-squares slope of log(wall_s) against log(n_atoms) per (system, potential) for
+    ``method``, over sizes with n_atoms >= SCALING_MIN_ATOMS (null with fewer than 2 sizes)."""
+    ok = runs.filter(
+        (pl.col("status") == "ok")
+        & (pl.col("method") == method)
+        & (pl.col("n_atoms") >= SCALING_MIN_ATOMS)
+    )
+    rows = []
+    for (system, potential), g in ok.group_by("system", "potential", maintain_order=True):
+        p = None
+        if g.height >= 2:
+            p = float(
+                np.polyfit(np.log(g["n_atoms"].to_numpy()), np.log(g["wall_s"].to_numpy()), 1)[0]
+            )
+        rows.append(
+            {
+                "system": system,
+                "potential": potential,
+                "method": method,
+                "exponent": p,
+                "sizes": g.height,
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "system": pl.String,
+            "potential": pl.String,
+            "method": pl.String,
+            "exponent": pl.Float64,
+            "sizes": pl.Int64,
+        },
+    )
+
+
+def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
+    """One row per ok (system, n_atoms, potential, method), sorted."""
+    cols = [
+        "system",
+        "n_atoms",
+        "potential",
+        "K",
+        "method",
+        "n_colors",
+        "n_hvps",
+        "nnz",
+        "fill",
+        "t_pattern_s",
+        "t_coloring_s",
+        "t_hvp_s",
+        "t_decompress_s",
+        "wall_s",
+        "dense_wall_s",
+        "speedup_vs_dense",
+        "max_abs_err",
+        "rel_err",
+        "err_reference",
+        "peak_mem_mb",
+    ]
+    return (
+        runs.filter(pl.col("status") == "ok")
+        .select(cols)
+        .sort("system", "potential", "method", "n_atoms")
+    )
+
+
+def summary(runs: pl.DataFrame) -> str:
+    """A few lines for the terminal: per (system, potential) the colored Hessian's colors, worst
+    error, speed-up at the largest size with a dense reference, and scaling exponent."""
+    ok = runs.filter(pl.col("status") == "ok")
+    expo = {
+        (r["system"], r["potential"]): r["exponent"]
+        for r in scaling_exponents(runs).iter_rows(named=True)
+    }
+    lines = []
+    for (system, potential), g in ok.filter(pl.col("method") == "colored").group_by(
+        "system", "potential", maintain_order=True
+    ):
+        colors = sorted(set(g["n_colors"].to_list()))
+        with_dense = g.filter(pl.col("speedup_vs_dense").is_not_null()).sort("n_atoms")
+        speed = (
+            f"{with_dense['speedup_vs_dense'][-1]:.1f}x dense at {with_dense['n_atoms'][-1]} atoms"
+            if with_dense.height
+            else "no dense"
+        )
+        p = expo.get((system, potential))
+        lines.append(
+            f"  {system:6s} {potential:6s} colors {colors}  max rel_err "
+            f"{g['rel_err'].max():.1e}  {speed}  exponent "
+            f"{'–' if p is None else f'{p:.2f}'}"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def write_leaderboard(runs: pl.DataFrame, out_dir: Path, prefix: str = "") -> dict[str, Path]:
+    """Write ``{prefix}leaderboard.md``, ``.csv``, ``.json`` and ``{prefix}scaling.png``.
+    Returns the paths by kind."""
+    out_dir = Path(out_dir)
+    board = leaderboard(runs)
+    expo = scaling_exponents(runs)
+    paths = {
+        k: out_dir / f"{prefix}{name}"
+        for k, name in [
+            ("md", "leaderboard.md"),
+            ("csv", "leaderboard.csv"),
+            ("json", "leaderboard.json"),
+            ("png", "scaling.png"),
+        ]
+    }
+    lines = [
+        f"# Hessian leaderboard: {runs['benchmark'][0]}",
+        "",
+        "Exact sparse Hessians by star coloring and compressed HVPs (`colored`), against "
+        "the dense Hessian from vmapped HVPs (`dense`); `truncated` uses a pattern one hop "
+        "short (an approximation). Seconds on the job's threads; `rel_err` is the Frobenius "
+        "error vs dense (or the max relative error on random-probe HVPs when dense was not "
+        "computed).",
+        "",
+    ]
+    header = list(board.columns)
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    for row in board.iter_rows():
+        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
+    lines += [
+        "",
+        "## Scaling of the colored Hessian",
+        "",
+        f"Fitted p in wall_s ∝ n_atoms^p over sizes with ≥ {SCALING_MIN_ATOMS} atoms:",
+        "",
+        "| system | potential | exponent | sizes |",
+        "|---|---|---|---|",
+    ]
+    for r in expo.iter_rows(named=True):
+        lines.append(f"| {r['system']} | {r['potential']} | {_fmt(r['exponent'])} | {r['sizes']} |")
+    failed = runs.filter(pl.col("status") != "ok")
+    if failed.height:
+        lines += ["", "## Failed jobs", ""]
+        lines += [
+            f"- {r['system']} n={r['size']} {r['potential']} {r['method']}: {r['error']}"
+            for r in failed.iter_rows(named=True)
+        ]
+    threads = sorted(set(runs["threads"].drop_nulls().to_list()))
+    jobs = sorted(set(runs["parallel_jobs"].drop_nulls().to_list()))
+    lines += ["", f"Timings with {threads} thread(s) per job and {jobs} concurrent job(s)."]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths["md"].write_text("\n".join(lines) + "\n")
+    board.write_csv(paths["csv"])
+    write_json_atomic(paths["json"], {"rows": board.to_dicts(), "scaling": expo.to_dicts()})
+    scaling_plot(runs, paths["png"])
+    return paths
+
+
+def scaling_plot(runs: pl.DataFrame, path: Path) -> None:
+    """Wall-clock against n_atoms (log-log), dense and colored, one panel per (system,
+    potential)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = runs.filter(pl.col("status") == "ok")
+    panels = ok.select("system", "potential").unique(maintain_order=True).rows()
+    fig, axes = plt.subplots(
+        1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 3.8), squeeze=False
+    )
+    for ax, (system, potential) in zip(axes[0], panels):
+        g = ok.filter((pl.col("system") == system) & (pl.col("potential") == potential))
+        for method, style in (("dense", "s--"), ("colored", "o-"), ("truncated", "^:")):
+            m = g.filter(pl.col("method") == method).sort("n_atoms")
+            if m.height:
+                ax.plot(m["n_atoms"], m["wall_s"], style, label=method)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("atoms")
+        ax.set_ylabel("Hessian wall-clock (s)")
+        ax.set_title(f"{system}, {potential}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

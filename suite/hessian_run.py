@@ -1,0 +1,253 @@
+"""One job of the hessian pillar: (system, size, potential, method) -> Hessian -> record.
+
+The job is a Lightning module whose test loop computes one Hessian (one batch: the system), so
+it runs through the same ``Trainer`` as every other pillar (accelerator picked by Lightning).
+Methods: ``dense`` (vmapped HVPs against the identity), ``colored`` (star coloring + compressed
+HVPs, exact), ``truncated`` (colored with a pattern of K − 1 hops: an explicit approximation).
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+HESSIAN_METHODS = ("dense", "colored", "truncated")
+
+# Record columns of the hessian pillar (besides provenance); units in the names.
+HESSIAN_COLUMNS: dict[str, type] = {
+    "benchmark": str,
+    "pillar": str,
+    "system": str,
+    "size": int,  # alkane carbons / water molecules
+    "n_atoms": int,
+    "potential": str,
+    "params_json": str,
+    "K": int,  # Hessian reach in hops of the cutoff graph (pattern hops for truncated)
+    "method": str,
+    "order": str,
+    "seed": int,
+    "status": str,
+    "error": str,
+    "n_colors": int,  # coordinate colors (3 x atom colors); 3N for dense
+    "n_hvps": int,
+    "nnz": int,  # structural nonzeros of the pattern (dense: 9N^2)
+    "fill": float,  # nnz / (3N)^2
+    "t_pattern_s": float,
+    "t_coloring_s": float,
+    "t_hvp_s": float,  # median over repeats
+    "t_decompress_s": float,
+    "wall_s": float,  # pattern + coloring + HVPs + decompression (dense: the HVPs)
+    "dense_wall_s": float,  # dense Hessian in the same process, when n_atoms <= dense_max_atoms
+    "speedup_vs_dense": float,
+    "max_abs_err": float,  # vs dense where computed, else null
+    "rel_err": float,  # Frobenius vs dense, else max relative error on random-probe HVPs
+    "err_reference": str,  # "dense" | "probes" | "self"
+    "peak_mem_mb": float,  # peak resident memory of the job process (MiB), incl. any dense ref.
+    "device": str,
+    "threads": int,
+    "parallel_jobs": int,
+}
+
+
+@dataclass
+class HessianJob:
+    """One cell of the hessian benchmark (see the spec's ``hessian`` section)."""
+
+    system: str
+    size: int
+    potential: str
+    method: str
+    potential_params: dict[str, Any] = field(default_factory=dict)
+    order: str = "natural"
+    chunk: int = 64
+    repeats: int = 1
+    dense_max_atoms: int = 1000
+    seed: int = 0
+
+
+def _timed(fn, repeats: int = 1) -> tuple[Any, float]:
+    """(result of the last call, median seconds over ``repeats`` calls)."""
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return out, statistics.median(times)
+
+
+class HessianModule(pl.LightningModule):
+    """Test loop of one batch: computes the job's Hessian and keeps its metrics in ``result``."""
+
+    def __init__(self, job: HessianJob):
+        super().__init__()
+        self.job = job
+        self.result: dict[str, Any] = {}
+
+    def test_step(self, batch, batch_idx):
+        self.result = compute(self.job, self.device)
+
+
+def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """Build the system and potential, compute the Hessian by ``job.method``, measure it.
+
+    Raises ValueError for an unknown method, system or potential parameter."""
+    from sparsebench.methods.hessian.hvp import ColoredHessian, dense_hessian, hvps
+    from sparsebench.methods.hessian.pattern import HessianPattern
+    from sparsebench.methods.hessian.potentials import build_potential
+    from sparsebench.methods.hessian.systems import build_system
+
+    if job.method not in HESSIAN_METHODS:
+        raise ValueError(f"unknown hessian method {job.method!r}; allowed: {HESSIAN_METHODS}")
+    atoms = build_system(job.system, job.size, seed=job.seed)
+    pot = build_potential(
+        job.potential, atoms, dtype=torch.float64, device=device, **job.potential_params
+    )
+    x = torch.as_tensor(atoms.get_positions(), dtype=torch.float64, device=device)
+    n = len(atoms)
+    out: dict[str, Any] = {"n_atoms": n, "K": pot.hops}
+    want_dense = n <= job.dense_max_atoms or job.method == "dense"
+    dense = None
+    hvps(pot.energy, x, torch.zeros(1, 3 * n, dtype=x.dtype, device=device))  # warm-up
+    if want_dense:
+        dense, t_dense = _timed(lambda: dense_hessian(pot.energy, x, job.chunk), job.repeats)
+        dense = dense.cpu().numpy()
+        out["dense_wall_s"] = t_dense
+    if job.method == "dense":
+        out.update(
+            n_colors=3 * n,
+            n_hvps=3 * n,
+            nnz=9 * n * n,
+            fill=1.0,
+            t_pattern_s=0.0,
+            t_coloring_s=0.0,
+            t_hvp_s=t_dense,
+            t_decompress_s=0.0,
+            wall_s=t_dense,
+            speedup_vs_dense=1.0,
+            max_abs_err=0.0,
+            rel_err=0.0,
+            err_reference="self",
+        )
+        return out
+
+    hops = pot.hops if job.method == "colored" else pot.hops - 1
+    if hops < 1:
+        raise ValueError(
+            f"truncated needs a potential reaching more than 1 hop; {job.potential} has K = "
+            f"{pot.hops}"
+        )
+    pattern, t_pattern = _timed(lambda: HessianPattern.of_potential(pot, n, hops))
+    colored, t_coloring = _timed(lambda: ColoredHessian.prepare(pattern, job.order))
+    b, t_hvp = _timed(lambda: colored.compressed(pot.energy, x, job.chunk), job.repeats)
+    h, t_dec = _timed(lambda: colored.decompress(b))
+    wall = t_pattern + t_coloring + t_hvp + t_dec
+    out.update(
+        K=hops,
+        n_colors=colored.n_colors,
+        n_hvps=colored.n_colors,
+        nnz=pattern.nnz,
+        fill=pattern.fill,
+        t_pattern_s=t_pattern,
+        t_coloring_s=t_coloring,
+        t_hvp_s=t_hvp,
+        t_decompress_s=t_dec,
+        wall_s=wall,
+    )
+    if dense is not None:
+        diff = h.toarray() - dense
+        out.update(
+            max_abs_err=float(np.abs(diff).max()),
+            rel_err=float(np.linalg.norm(diff) / np.linalg.norm(dense)),
+            speedup_vs_dense=out["dense_wall_s"] / wall,
+            err_reference="dense",
+        )
+    else:
+        gen = torch.Generator().manual_seed(job.seed)
+        v = torch.randn(4, 3 * n, generator=gen, dtype=torch.float64)
+        true = hvps(pot.energy, x, v.to(device)).cpu().numpy()
+        approx = (h @ v.numpy().T).T
+        rel = np.linalg.norm(approx - true, axis=1) / np.linalg.norm(true, axis=1)
+        out.update(rel_err=float(rel.max()), err_reference="probes")
+    return out
+
+
+def run_hessian_job(job: HessianJob, threads: int = 1) -> dict[str, Any]:
+    """Run ``job`` through a Lightning ``Trainer.test`` and return its metrics plus device,
+    threads and peak memory."""
+    from sparsebench.suite.run import _quiet_lightning
+
+    _quiet_lightning()
+    torch.set_num_threads(threads)
+    module = HessianModule(job)
+    trainer = pl.Trainer(
+        accelerator="auto",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
+    trainer.test(module, DataLoader([0]), verbose=False)
+    out = dict(module.result)
+    out["device"] = str(module.device)
+    out["peak_mem_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return out
+
+
+def run_and_record_hessian(spec, cell, out, threads: int = 1, parallel_jobs: int = 1) -> dict:
+    """Run one hessian cell of ``spec`` and write its record atomically to ``out``; a failure
+    writes a record with status ``failed`` and the error (metrics null)."""
+    import json
+    import sys
+    import traceback
+
+    from sparsebench.suite import record as rec
+
+    h = spec.data["hessian"]
+    params = json.loads(cell.potential_params_json)
+    job = HessianJob(
+        cell.system,
+        cell.size,
+        cell.potential,
+        cell.method,
+        params,
+        h["order"],
+        h["chunk"],
+        h["repeats"],
+        h["dense_max_atoms"],
+        h["seed"],
+    )
+    record: dict[str, Any] = dict.fromkeys(HESSIAN_COLUMNS)
+    record.update(
+        benchmark=spec.benchmark,
+        pillar="hessian",
+        system=cell.system,
+        size=cell.size,
+        potential=cell.potential,
+        params_json=cell.potential_params_json,
+        method=cell.method,
+        order=job.order,
+        seed=job.seed,
+        threads=threads,
+        parallel_jobs=parallel_jobs,
+        spec_hash=spec.hash,
+        started_at=rec.now_iso(),
+    )
+    record.update(rec.provenance())
+    try:
+        record.update(run_hessian_job(job, threads))
+        record.update(status="ok", error=None)
+    except Exception as e:  # noqa: BLE001 - any failure becomes a failed record
+        traceback.print_exc(file=sys.stderr)
+        record.update(status="failed", error=f"{type(e).__name__}: {e}")
+    record["finished_at"] = rec.now_iso()
+    rec.write_json_atomic(out, record)
+    return record

@@ -1,0 +1,88 @@
+import json
+
+import polars as pl
+import pytest
+
+from sparsebench.suite.hessian_board import aggregate, scaling_exponents, write_leaderboard
+from sparsebench.suite.hessian_run import HessianJob, compute, run_and_record_hessian
+from sparsebench.suite.spec import SpecError, validate
+
+
+def _spec(**hessian):
+    section = {
+        "systems": {"alkane": {"sizes": [4, 30]}},
+        "potentials": {"pair": {}, "schnet": {}},
+        "methods": ["dense", "colored", "truncated"],
+        "dense_max_atoms": 50,
+        **hessian,
+    }
+    return validate({"benchmark": "h", "hessian": section}, source="h.yaml")
+
+
+def test_cells_skip_truncated_for_one_hop_and_dense_above_the_limit():
+    cells = {(c.potential, c.method, c.size) for c in _spec().hessian_cells()}
+    assert ("pair", "truncated", 4) not in cells  # K = 1: nothing to truncate
+    assert ("schnet", "truncated", 4) in cells
+    assert ("pair", "dense", 4) in cells and ("pair", "dense", 30) not in cells  # 92 atoms > 50
+    assert ("pair", "colored", 30) in cells
+
+
+@pytest.mark.parametrize(
+    "section, expected",
+    [
+        ({"systems": {"protein": {"sizes": [1]}}}, ["hessian.systems", "protein"]),
+        ({"systems": {"alkane": {"sizes": []}}}, ["hessian.systems.alkane.sizes"]),
+        ({"potentials": {"pair": {"cutof": 3.0}}}, ["hessian.potentials.pair", "cutof"]),
+        ({"potentials": {"pair": {"cutoff": -1.0}}}, ["hessian.potentials.pair", "finite cutoff"]),
+        ({"methods": ["sparse"]}, ["hessian.methods.0", "'sparse'"]),
+    ],
+)
+def test_hessian_section_errors(section, expected):
+    with pytest.raises(SpecError) as e:
+        _spec(**section)
+    for part in ["h.yaml", *expected]:
+        assert part in str(e.value), (part, str(e.value))
+
+
+def test_colored_is_exact_and_truncated_is_not():
+    colored = compute(HessianJob("alkane", 6, "schnet", "colored", dense_max_atoms=100))
+    assert colored["rel_err"] <= 1e-10 and colored["err_reference"] == "dense"
+    assert colored["n_hvps"] == colored["n_colors"] < 3 * colored["n_atoms"]
+    assert colored["n_colors"] % 3 == 0
+    trunc = compute(HessianJob("alkane", 6, "schnet", "truncated", dense_max_atoms=100))
+    assert trunc["K"] == colored["K"] - 1 and trunc["rel_err"] > 1e-6
+    big = compute(HessianJob("alkane", 6, "pair", "colored", dense_max_atoms=0))
+    assert big["err_reference"] == "probes" and big["rel_err"] <= 1e-10
+    assert "dense_wall_s" not in big  # no dense reference above dense_max_atoms
+    with pytest.raises(ValueError, match="truncated needs a potential"):
+        compute(HessianJob("alkane", 3, "pair", "truncated"))
+
+
+def test_records_table_and_leaderboard(tmp_path):
+    spec = _spec(systems={"alkane": {"sizes": [3]}, "water": {"sizes": [3]}})
+    paths = []
+    for cell in spec.hessian_cells():
+        out = tmp_path / cell.record_path
+        rec = run_and_record_hessian(spec, cell, out)
+        assert rec["status"] == "ok", rec["error"]
+        paths.append(out)
+    runs = aggregate(paths, tmp_path / "runs.parquet")
+    assert runs.height == len(spec.hessian_cells())
+    files = write_leaderboard(runs, tmp_path)
+    assert all(p.is_file() for p in files.values())
+    assert "| alkane |" in files["md"].read_text()
+    assert json.loads(files["json"].read_text())["rows"]
+
+
+def test_scaling_exponent_of_a_linear_law():
+    runs = pl.DataFrame(
+        {
+            "system": ["a"] * 3,
+            "potential": ["p"] * 3,
+            "method": ["colored"] * 3,
+            "status": ["ok"] * 3,
+            "n_atoms": [100, 200, 400],
+            "wall_s": [1.0, 2.0, 4.0],
+        }
+    )
+    assert scaling_exponents(runs)["exponent"][0] == pytest.approx(1.0)
