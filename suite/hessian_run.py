@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 HESSIAN_METHODS = ("dense", "colored", "truncated")
+EXACT_RTOL = 1e-8  # a colored Hessian further than this from its reference is a failed job
 
 # Record columns of the hessian pillar (besides provenance); units in the names.
 HESSIAN_COLUMNS: dict[str, type] = {
@@ -30,7 +31,8 @@ HESSIAN_COLUMNS: dict[str, type] = {
     "n_atoms": int,
     "potential": str,
     "params_json": str,
-    "K": int,  # Hessian reach in hops of the cutoff graph (pattern hops for truncated)
+    "K": int,  # the potential's Hessian reach in hops of the cutoff graph
+    "pattern_hops": int,  # hops of the pattern used (K - 1 for truncated)
     "method": str,
     "order": str,
     "seed": int,
@@ -50,7 +52,8 @@ HESSIAN_COLUMNS: dict[str, type] = {
     "max_abs_err": float,  # vs dense where computed, else null
     "rel_err": float,  # Frobenius vs dense, else max relative error on random-probe HVPs
     "err_reference": str,  # "dense" | "probes" | "self"
-    "peak_mem_mb": float,  # peak resident memory of the job process (MiB), incl. any dense ref.
+    "peak_mem_mb": float,  # peak resident memory of the job process (MiB) after this method,
+    # before any dense reference
     "device": str,
     "threads": int,
     "parallel_jobs": int,
@@ -99,7 +102,7 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
     """Build the system and potential, compute the Hessian by ``job.method``, measure it.
 
     Raises ValueError for an unknown method, system or potential parameter."""
-    from sparsebench.methods.hessian.hvp import ColoredHessian, dense_hessian, hvps
+    from sparsebench.methods.hessian.hvp import ColoredHessian, PatternError, dense_hessian, hvps
     from sparsebench.methods.hessian.pattern import HessianPattern
     from sparsebench.methods.hessian.potentials import build_potential
     from sparsebench.methods.hessian.systems import build_system
@@ -107,20 +110,23 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
     if job.method not in HESSIAN_METHODS:
         raise ValueError(f"unknown hessian method {job.method!r}; allowed: {HESSIAN_METHODS}")
     atoms = build_system(job.system, job.size, seed=job.seed)
-    pot = build_potential(
-        job.potential, atoms, dtype=torch.float64, device=device, **job.potential_params
-    )
+    params = dict(job.potential_params)
+    if job.potential == "schnet":
+        params.setdefault("seed", job.seed)  # the section's seed also seeds SchNet's weights
+    pot = build_potential(job.potential, atoms, dtype=torch.float64, device=device, **params)
     x = torch.as_tensor(atoms.get_positions(), dtype=torch.float64, device=device)
     n = len(atoms)
-    out: dict[str, Any] = {"n_atoms": n, "K": pot.hops}
-    want_dense = n <= job.dense_max_atoms or job.method == "dense"
-    dense = None
+    out: dict[str, Any] = {"n_atoms": n, "K": pot.hops, "pattern_hops": pot.hops}
     hvps(pot.energy, x, torch.zeros(1, 3 * n, dtype=x.dtype, device=device))  # warm-up
-    if want_dense:
+
+    def dense_reference() -> np.ndarray:
         dense, t_dense = _timed(lambda: dense_hessian(pot.energy, x, job.chunk), job.repeats)
-        dense = dense.cpu().numpy()
         out["dense_wall_s"] = t_dense
+        return dense.cpu().numpy()
+
     if job.method == "dense":
+        dense_reference()
+        t = out["dense_wall_s"]
         out.update(
             n_colors=3 * n,
             n_hvps=3 * n,
@@ -128,13 +134,14 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
             fill=1.0,
             t_pattern_s=0.0,
             t_coloring_s=0.0,
-            t_hvp_s=t_dense,
+            t_hvp_s=t,
             t_decompress_s=0.0,
-            wall_s=t_dense,
+            wall_s=t,
             speedup_vs_dense=1.0,
             max_abs_err=0.0,
             rel_err=0.0,
             err_reference="self",
+            peak_mem_mb=_peak_mb(),
         )
         return out
 
@@ -150,7 +157,7 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
     h, t_dec = _timed(lambda: colored.decompress(b))
     wall = t_pattern + t_coloring + t_hvp + t_dec
     out.update(
-        K=hops,
+        pattern_hops=hops,
         n_colors=colored.n_colors,
         n_hvps=colored.n_colors,
         nnz=pattern.nnz,
@@ -160,8 +167,10 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         t_hvp_s=t_hvp,
         t_decompress_s=t_dec,
         wall_s=wall,
-    )
-    if dense is not None:
+        peak_mem_mb=_peak_mb(),
+    )  # before any dense reference: this method's own peak
+    if n <= job.dense_max_atoms:
+        dense = dense_reference()
         diff = h.toarray() - dense
         out.update(
             max_abs_err=float(np.abs(diff).max()),
@@ -176,7 +185,17 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         approx = (h @ v.numpy().T).T
         rel = np.linalg.norm(approx - true, axis=1) / np.linalg.norm(true, axis=1)
         out.update(rel_err=float(rel.max()), err_reference="probes")
+    if job.method == "colored" and out["rel_err"] > EXACT_RTOL:
+        raise PatternError(
+            f"colored Hessian is not exact: rel_err {out['rel_err']:.2e} > {EXACT_RTOL:.0e} "
+            f"(vs {out['err_reference']}); the sparsity pattern misses nonzeros"
+        )
     return out
+
+
+def _peak_mb() -> float:
+    """Peak resident memory of this process so far (MiB; Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def run_hessian_job(job: HessianJob, threads: int = 1) -> dict[str, Any]:
@@ -198,7 +217,6 @@ def run_hessian_job(job: HessianJob, threads: int = 1) -> dict[str, Any]:
     trainer.test(module, DataLoader([0]), verbose=False)
     out = dict(module.result)
     out["device"] = str(module.device)
-    out["peak_mem_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     return out
 
 

@@ -120,6 +120,17 @@ class ColoredHessian:
         n = self.pattern.coords.shape[0]
         return sp.csr_array((b[src_r, src_c], (rows, cols)), shape=(n, n))
 
+    def decompress_torch(self, b: torch.Tensor) -> torch.Tensor:
+        """The (3N × 3N) Hessian as a ``torch.sparse_csr_tensor`` on ``b``'s device and dtype."""
+        rows, cols, src_r, src_c = self.recovery
+        dev = b.device
+        vals = b[torch.as_tensor(src_r, device=dev), torch.as_tensor(src_c, device=dev)]
+        n = self.pattern.coords.shape[0]
+        coo = torch.sparse_coo_tensor(
+            torch.as_tensor(np.stack([rows, cols]), device=dev), vals, (n, n)
+        )
+        return coo.coalesce().to_sparse_csr()
+
     def __call__(
         self, energy_fn: EnergyFn, positions: torch.Tensor, chunk: int = 64
     ) -> sp.csr_array:

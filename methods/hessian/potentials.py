@@ -305,10 +305,11 @@ class SchNetPotential(LocalPotential):
       v_i = ssp(c_i W_o1 + b_o1) W_o2 + b_o2; residual x_i ← x_i + v_i;
     - readout E = Σ_i [ssp(x_i W_r1 + b_r1) W_r2 + b_r2] (F → F/2 → 1, atom-wise, summed).
 
-    Weights are drawn once from ``torch.Generator().manual_seed(seed)`` (uniform ±1/√fan_in,
-    PyTorch's Linear default; embedding N(0, 1)). Trained weights are not needed: the timing of
-    a Hessian depends only on the architecture and the sparsity pattern, and its correctness is
-    checked against the dense Hessian of the same function, whatever the weights.
+    Weights are drawn once from ``torch.Generator().manual_seed(seed)`` (Glorot-uniform
+    weights and zero biases, as schnetpack initializes them; embedding N(0, 1)). Trained weights
+    are not needed: the timing of a Hessian depends only on the architecture and the sparsity
+    pattern, and its correctness is checked against the dense Hessian of the same function,
+    whatever the weights.
 
     Locality: x_i after block l depends on the positions of atoms within l hops of i in the
     cutoff graph (block 1 reads r_ij of i's neighbours; block l reads x_j^(l-1) of neighbours).

@@ -50,7 +50,8 @@ def test_colored_is_exact_and_truncated_is_not():
     assert colored["n_hvps"] == colored["n_colors"] < 3 * colored["n_atoms"]
     assert colored["n_colors"] % 3 == 0
     trunc = compute(HessianJob("alkane", 6, "schnet", "truncated", dense_max_atoms=100))
-    assert trunc["K"] == colored["K"] - 1 and trunc["rel_err"] > 1e-6
+    assert trunc["pattern_hops"] == trunc["K"] - 1 == colored["K"] - 1
+    assert trunc["rel_err"] > 1e-6
     big = compute(HessianJob("alkane", 6, "pair", "colored", dense_max_atoms=0))
     assert big["err_reference"] == "probes" and big["rel_err"] <= 1e-10
     assert "dense_wall_s" not in big  # no dense reference above dense_max_atoms
@@ -81,8 +82,38 @@ def test_scaling_exponent_of_a_linear_law():
             "potential": ["p"] * 3,
             "method": ["colored"] * 3,
             "status": ["ok"] * 3,
-            "n_atoms": [100, 200, 400],
+            "n_atoms": [400, 800, 1600],
             "wall_s": [1.0, 2.0, 4.0],
         }
     )
     assert scaling_exponents(runs)["exponent"][0] == pytest.approx(1.0)
+
+
+def test_colored_job_with_a_wrong_pattern_fails(monkeypatch):
+    from sparsebench.methods.hessian import pattern as pattern_mod
+    from sparsebench.methods.hessian.hvp import PatternError
+
+    real = pattern_mod.HessianPattern.of_potential
+
+    def one_hop_short(pot, n, hops=None):  # a detector that misses the K-th hop
+        return real(pot, n, (hops or pot.hops) - 1)
+
+    monkeypatch.setattr(pattern_mod.HessianPattern, "of_potential", staticmethod(one_hop_short))
+    with pytest.raises(PatternError, match="not exact"):
+        compute(HessianJob("alkane", 6, "schnet", "colored", dense_max_atoms=0))
+
+
+def test_section_seed_seeds_schnet_weights(monkeypatch):
+    from sparsebench.methods.hessian import potentials
+
+    seen = []
+    real = potentials.build_potential
+
+    def spy(kind, atoms, **kw):
+        seen.append(kw.get("seed"))
+        return real(kind, atoms, **kw)
+
+    monkeypatch.setattr(potentials, "build_potential", spy)
+    a = compute(HessianJob("water", 3, "schnet", "colored", seed=7, dense_max_atoms=100))
+    assert seen == [7] and a["rel_err"] <= 1e-10
+    assert a["pattern_hops"] == a["K"] == 2

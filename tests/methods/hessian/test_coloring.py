@@ -187,7 +187,7 @@ def test_check_rejects_adjacent_same_color():
         check_star_coloring(_tridiagonal(4), np.array([0, 1, 2]))
 
 
-def test_check_is_fast_on_large_patterns():
+def test_check_on_a_large_banded_pattern():
     n, half = 3000, 50  # banded, ~100 neighbours per vertex, 300k nonzeros
     p = sp.diags_array(
         [np.ones(n - abs(k)) for k in range(-half, half + 1)], offsets=list(range(-half, half + 1))

@@ -82,3 +82,15 @@ def test_colors_stay_constant_as_the_chain_grows():
         _, pot, x = _setup("alkane", n, "pair")
         counts.append(ColoredHessian.prepare(HessianPattern.of_potential(pot, len(x))).n_colors)
     assert counts[0] == counts[1] == counts[2], counts
+
+
+def test_torch_sparse_output_equals_scipy():
+    _, pot, x = _setup("water", 4, "schnet")
+    colored = ColoredHessian.prepare(HessianPattern.of_potential(pot, len(x)), "smallest_last")
+    b = colored.compressed(pot.energy, x)
+    t = colored.decompress_torch(b)
+    assert t.layout == torch.sparse_csr
+    assert np.array_equal(t.to_dense().numpy(), colored.decompress(b).toarray())
+    assert np.allclose(
+        t.to_dense().numpy(), dense_hessian(pot.energy, x).numpy(), atol=1e-10, rtol=0
+    )
