@@ -120,13 +120,13 @@ def get_method(name: str) -> MethodInfo:
     return methods[name]
 
 
-def _type_ok(value: Any, tp: Any) -> bool:
+def type_ok(value: Any, tp: Any) -> bool:
     """Whether ``value`` (from YAML) fits the dataclass annotation ``tp``."""
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return value in typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(tp))
+        return any(type_ok(value, a) for a in typing.get_args(tp))
     if tp is type(None):
         return value is None
     if tp is float:
@@ -166,7 +166,7 @@ def build_params(name: str, raw: dict[str, Any] | None, where: str = "") -> Any:
             raise RegistryError(
                 f"{prefix}unknown parameter {key!r} for method {name!r}; allowed: {allowed}"
             )
-        if not _type_ok(value, hints[key]):
+        if not type_ok(value, hints[key]):
             raise RegistryError(
                 f"{prefix}parameter {key!r} of method {name!r} has value {value!r} "
                 f"({type(value).__name__}); expected {describe_type(hints[key])}"

@@ -36,6 +36,8 @@ import torch
 from ase.neighborlist import neighbor_list
 from torch import Tensor
 
+from sparsebench.suite.registry import describe_type, type_ok
+
 __all__ = [
     "POTENTIALS",
     "LocalPotential",
@@ -431,19 +433,12 @@ def build_potential(
         )
     if "elements" in params:
         params["elements"] = tuple(params["elements"])
+    # Same type rules as method parameters in specs (the registry's checker).
     hints = typing.get_type_hints(cls.Params)
     for name, value in params.items():
-        expected = hints[name]
-        ok = (
-            isinstance(value, int | float) and not isinstance(value, bool)
-            if expected is float
-            else isinstance(value, int) and not isinstance(value, bool)
-            if expected is int
-            else True
-        )
-        if not ok:
+        if not type_ok(value, hints[name]):
             raise ValueError(
                 f"parameter {name!r} of potential {kind!r} has value {value!r} "
-                f"({type(value).__name__}); expected {getattr(expected, '__name__', expected)}"
+                f"({type(value).__name__}); expected {describe_type(hints[name])}"
             )
     return cls(atoms, cls.Params(**params), dtype=dtype, device=device)

@@ -117,3 +117,8 @@ def test_section_seed_seeds_schnet_weights(monkeypatch):
     a = compute(HessianJob("water", 3, "schnet", "colored", seed=7, dense_max_atoms=100))
     assert seen == [7] and a["rel_err"] <= 1e-10
     assert a["pattern_hops"] == a["K"] == 2
+
+
+def test_mistyped_potential_parameter_is_refused():
+    with pytest.raises(SpecError, match="parameter 'D' of potential 'pair' has value 'x'"):
+        _spec(potentials={"pair": {"D": "x"}})
