@@ -40,6 +40,7 @@ HESSIAN_COLUMNS: dict[str, type] = {
     "status": str,
     "error": str,
     "n_colors": int,  # coordinate colors (3 x atom colors); 3N for dense
+    "max_row_atoms": int,  # atoms in the densest block row of the pattern; N for dense
     "n_hvps": int,
     "nnz": int,  # structural nonzeros of the pattern (dense: 9N^2)
     "fill": float,  # nnz / (3N)^2
@@ -70,8 +71,8 @@ class HessianJob:
     potential: str
     method: str
     potential_params: dict[str, Any] = field(default_factory=dict)
-    order: str = "natural"
-    chunk: int = 64
+    order: str = "smallest_last"
+    chunk: int = 8
     repeats: int = 1
     dense_max_atoms: int = 1000
     seed: int = 0
@@ -136,6 +137,7 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         t = out["dense_wall_s"]
         out.update(
             n_colors=3 * n,
+            max_row_atoms=n,
             n_hvps=3 * n,
             nnz=9 * n * n,
             fill=1.0,
@@ -166,6 +168,7 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
     out.update(
         pattern_hops=hops,
         n_colors=colored.n_colors,
+        max_row_atoms=pattern.max_row_atoms,
         n_hvps=colored.n_colors,
         nnz=pattern.nnz,
         fill=pattern.fill,

@@ -37,7 +37,7 @@ class PatternError(RuntimeError):
 
 
 def hvps(
-    energy_fn: EnergyFn, positions: torch.Tensor, tangents: torch.Tensor, chunk: int = 64
+    energy_fn: EnergyFn, positions: torch.Tensor, tangents: torch.Tensor, chunk: int = 8
 ) -> torch.Tensor:
     """Hessian-vector products H v for each row v of ``tangents``.
 
@@ -63,7 +63,7 @@ def hvps(
     return torch.cat(out) if out else tangents.new_zeros((0, x.numel()))
 
 
-def dense_hessian(energy_fn: EnergyFn, positions: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+def dense_hessian(energy_fn: EnergyFn, positions: torch.Tensor, chunk: int = 8) -> torch.Tensor:
     """The dense (3N × 3N) Hessian by vmapped HVPs against the identity, in chunks: the honest
     fast dense path (same precision and threads as the colored one)."""
     m = positions.numel()
@@ -92,7 +92,7 @@ class ColoredHessian:
     order: str
 
     @classmethod
-    def prepare(cls, pattern: HessianPattern, order: str = "natural") -> ColoredHessian:
+    def prepare(cls, pattern: HessianPattern, order: str = "smallest_last") -> ColoredHessian:
         """Star-color the atom pattern, lift it to coordinates, validate it (no AD needed) and
         precompute the direct-recovery indices. Raises ColoringError on an invalid coloring."""
         atom_colors = star_coloring(pattern.atom, order)
@@ -107,7 +107,7 @@ class ColoredHessian:
         return int(self.seeds.shape[1])
 
     def compressed(
-        self, energy_fn: EnergyFn, positions: torch.Tensor, chunk: int = 64
+        self, energy_fn: EnergyFn, positions: torch.Tensor, chunk: int = 8
     ) -> torch.Tensor:
         """B = H S, (3N × C), from C HVPs."""
         s = torch.as_tensor(self.seeds.T, dtype=positions.dtype, device=positions.device)
@@ -132,7 +132,7 @@ class ColoredHessian:
         return coo.coalesce().to_sparse_csr()
 
     def __call__(
-        self, energy_fn: EnergyFn, positions: torch.Tensor, chunk: int = 64
+        self, energy_fn: EnergyFn, positions: torch.Tensor, chunk: int = 8
     ) -> sp.csr_array:
         return self.decompress(self.compressed(energy_fn, positions, chunk))
 
@@ -141,8 +141,8 @@ def sparse_hessian(
     energy_fn: EnergyFn,
     positions: torch.Tensor,
     pattern: HessianPattern | ColoredHessian,
-    order: str = "natural",
-    chunk: int = 64,
+    order: str = "smallest_last",
+    chunk: int = 8,
 ) -> sp.csr_array:
     """Exact sparse Hessian of ``energy_fn`` at ``positions`` given its sparsity ``pattern``.
 

@@ -88,6 +88,14 @@ class HessianPattern:
         return int(self.coords.nnz)
 
     @property
+    def max_row_atoms(self) -> int:
+        """Atoms in the densest block row of the pattern (max row count of ``atom``): the
+        densest neighbourhood. A direct column partition (Curtis–Powell–Reid) needs at least
+        this many atom colors; star coloring may use fewer by exploiting symmetry, and in
+        practice its count follows this number."""
+        return int(np.diff(self.atom.indptr).max()) if self.n_atoms else 0
+
+    @property
     def fill(self) -> float:
         """nnz / (3N)², the fraction of the dense Hessian that is structurally nonzero."""
         n = self.coords.shape[0]

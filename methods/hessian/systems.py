@@ -6,8 +6,11 @@ randomness is a :func:`numpy.random.default_rng` seeded by the caller.
 
 - :func:`alkane` — linear alkane CnH(2n+2) in the ideal all-trans zig-zag conformation: a chain
   graph of any length, the "1-D" local system.
-- :func:`water_cluster` — m randomly oriented rigid waters packed at liquid density by seeded
-  random sequential insertion: the "3-D" local system.
+- :func:`water_cluster` — m randomly oriented rigid waters packed at liquid density, either by
+  seeded random sequential insertion (``packing="random"``, system ``water``) or on a jittered
+  simple-cubic lattice (``packing="lattice"``, system ``water_lattice``): the "3-D" local
+  systems. The random packing's densest neighbourhood keeps growing (slowly) with m; the
+  lattice packing bounds it, which is what keeps the number of colors constant.
 - :func:`small_molecule` — ase's own reference geometries for CH4, C2H6, H2O (tiny cases for
   tests).
 
@@ -16,6 +19,7 @@ randomness is a :func:`numpy.random.default_rng` seeded by the caller.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -94,6 +98,8 @@ OH_BOND = 0.9572  # Å, TIP3P O–H
 HOH_ANGLE = 104.52  # degrees, TIP3P H–O–H
 VOLUME_PER_WATER = 29.9  # Å^3: 18.015 g/mol / (N_A · 1 g/cm³) = 29.91 Å^3
 MIN_INTERMOLECULAR_H = 1.4  # Å, minimum distance between atoms of different molecules when H
+LATTICE_JITTER = 0.2  # Å, uniform per coordinate: nearest O–O >= a - 2·0.2 = 2.70 Å
+PACKINGS = ("random", "lattice")
 _ORIENT_ROUNDS = 200
 _BATCH = 2048
 _MAX_ATTEMPTS_PER_WATER = 20_000
@@ -163,17 +169,38 @@ def _insert_oxygens(m: int, radius: float, min_oo: float, rng: np.random.Generat
     return points
 
 
-def water_cluster(m: int, seed: int = 0, min_oo: float = 2.7) -> ase.Atoms:
+def _lattice_oxygens(m: int, jitter: float, rng: np.random.Generator) -> np.ndarray:
+    """The m sites of a simple-cubic lattice (spacing 29.9^(1/3) = 3.103 Å) closest to the
+    origin, in lexicographic (x, y, z) order, each moved by a uniform jitter in [-jitter,
+    jitter]³. Distance ties are broken by a fixed tiny offset so the cluster is deterministic."""
+    a = VOLUME_PER_WATER ** (1.0 / 3.0)
+    r = int(math.ceil((3.0 * m / (4.0 * math.pi)) ** (1.0 / 3.0))) + 2
+    g = np.arange(-r, r + 1, dtype=float)
+    sites = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
+    dist = np.linalg.norm(sites + np.array([1e-6, 2e-6, 3e-6]), axis=1)
+    sites = sites[np.argsort(dist, kind="stable")[:m]]
+    sites = sites[np.lexsort((sites[:, 2], sites[:, 1], sites[:, 0]))]
+    return sites * a + rng.uniform(-jitter, jitter, size=sites.shape)
+
+
+def water_cluster(m: int, seed: int = 0, min_oo: float = 2.7, packing: str = "random") -> ase.Atoms:
     """Cluster of m rigid, randomly oriented water molecules at liquid density (~1 g/cm³).
 
     Geometry: TIP3P-like rigid water, O–H = 0.9572 Å, H–O–H = 104.52° (Jorgensen et al. 1983,
-    J. Chem. Phys. 79, 926). The oxygens are placed in a ball of volume m · 29.9 Å^3 (the
+    J. Chem. Phys. 79, 926). Oxygens, ``packing="random"``: placed in a ball of volume
+    m · 29.9 Å^3 (the
     volume per molecule of liquid water at 1 g/cm³) by random sequential insertion: uniform
     candidates in the ball, rejected if closer than ``min_oo`` to an accepted oxygen (a grid
     cell-list makes each test O(1); m = 1000 builds in about half a second). With the default
     2.7 Å the hard-sphere packing fraction is π/6 · 2.7³ / 29.9 = 0.34, below the random
     sequential adsorption jamming limit of ~0.38 (Torquato et al. 2006, Phys. Rev. E 74,
-    061308), so insertion terminates. Each molecule then gets a uniformly random orientation
+    061308), so insertion terminates. ``packing="lattice"``: the m sites of a simple-cubic
+    lattice of spacing 29.9^(1/3) = 3.103 Å (same density) closest to the origin, each jittered
+    uniformly by ±0.2 Å per coordinate, so the nearest O–O distance is >= 2.70 Å and no
+    neighbourhood is denser than the lattice's (``min_oo`` is then implied and unused). In a
+    random packing the densest neighbourhood of the cluster keeps growing slowly with m
+    (extreme-value statistics of local density, bounded only by the packing limit); with the
+    lattice it is bounded. Each molecule then gets a uniformly random orientation
     about its oxygen; orientations are redrawn, for up to 200 rounds, for molecules whose
     hydrogens come closer than 1.4 Å to an atom of another molecule (the physical H-bond
     H···O distance is ~1.8 Å), so no unphysical H···H / H···O overlaps remain in practice.
@@ -184,7 +211,11 @@ def water_cluster(m: int, seed: int = 0, min_oo: float = 2.7) -> ase.Atoms:
     Args:
         m: number of molecules, ``m >= 1``.
         seed: seed of the random generator.
-        min_oo: minimum O–O distance in Å (> 0).
+        min_oo: minimum O–O distance in Å (> 0) of the random packing.
+        packing: ``"random"`` (random sequential insertion) or ``"lattice"`` (jittered cubic).
+
+    Raises:
+        ValueError: m < 1, min_oo <= 0 or an unknown packing.
 
     Returns:
         ``ase.Atoms`` with symbols ``"OHH" * m`` (molecule w is atoms 3w, 3w+1, 3w+2),
@@ -194,10 +225,15 @@ def water_cluster(m: int, seed: int = 0, min_oo: float = 2.7) -> ase.Atoms:
         raise ValueError(f"water_cluster needs an integer m >= 1 molecules, got {m!r}")
     if not min_oo > 0:
         raise ValueError(f"min_oo must be > 0 Å, got {min_oo}")
+    if packing not in PACKINGS:
+        raise ValueError(f"unknown packing {packing!r}; allowed: {', '.join(PACKINGS)}")
     m = int(m)
     rng = np.random.default_rng(seed)
-    radius = (3.0 * m * VOLUME_PER_WATER / (4.0 * math.pi)) ** (1.0 / 3.0)
-    oxygens = _insert_oxygens(m, radius, float(min_oo), rng)
+    if packing == "lattice":
+        oxygens = _lattice_oxygens(m, LATTICE_JITTER, rng)
+    else:
+        radius = (3.0 * m * VOLUME_PER_WATER / (4.0 * math.pi)) ** (1.0 / 3.0)
+        oxygens = _insert_oxygens(m, radius, float(min_oo), rng)
 
     half = math.radians(HOH_ANGLE) / 2.0
     local_h = OH_BOND * np.array(
@@ -238,20 +274,29 @@ def small_molecule(name: str) -> ase.Atoms:
     return _ase_molecule(name)
 
 
-SYSTEMS: dict[str, Callable[..., ase.Atoms]] = {"alkane": alkane, "water": water_cluster}
+SYSTEMS: dict[str, Callable[..., ase.Atoms]] = {
+    "alkane": alkane,
+    "water": water_cluster,
+    "water_lattice": functools.partial(water_cluster, packing="lattice"),
+}
 
 
 def n_atoms(kind: str, size: int) -> int:
     """Atoms of ``build_system(kind, size)`` without building it: alkane 3n + 2, water 3m."""
-    counts = {"alkane": lambda n: 3 * n + 2, "water": lambda m: 3 * m}
+    counts = {
+        "alkane": lambda n: 3 * n + 2,
+        "water": lambda m: 3 * m,
+        "water_lattice": lambda m: 3 * m,
+    }
     if kind not in counts:
         raise ValueError(f"unknown system {kind!r}; allowed: {', '.join(sorted(counts))}")
     return counts[kind](size)
 
 
 def build_system(kind: str, size: int, seed: int = 0) -> ase.Atoms:
-    """Build a benchmark system: ``alkane(size)`` (seed unused, the geometry is fixed) or
-    ``water_cluster(size, seed)``. Unknown ``kind`` raises ValueError listing the allowed ones.
+    """Build a benchmark system: ``alkane(size)`` (seed unused, the geometry is fixed),
+    ``water_cluster(size, seed)`` or ``water_cluster(size, seed, packing="lattice")``.
+    Unknown ``kind`` raises ValueError listing the allowed ones.
     """
     if kind not in SYSTEMS:
         raise ValueError(f"unknown system kind {kind!r}; allowed: {', '.join(sorted(SYSTEMS))}")

@@ -84,9 +84,12 @@ def test_scaling_exponent_of_a_linear_law():
             "status": ["ok"] * 3,
             "n_atoms": [400, 800, 1600],
             "wall_s": [1.0, 2.0, 4.0],
+            "n_hvps": [30, 30, 60],  # colors doubled at the largest size
         }
     )
-    assert scaling_exponents(runs)["exponent"][0] == pytest.approx(1.0)
+    expo = scaling_exponents(runs)
+    assert expo["exponent"][0] == pytest.approx(1.0)
+    assert expo["exponent_per_hvp"][0] < 1.0  # per HVP the cost grew less than N
 
 
 def test_colored_job_with_a_wrong_pattern_fails(monkeypatch):
