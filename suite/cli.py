@@ -2,6 +2,8 @@
 
 sparsebench run <pillar> [--spec FILE] --task T --method M [--params JSON] --sparsity S
                 --seed N --out record.json [--threads K] [--parallel-jobs J]
+sparsebench run-hessian ... / run-kernels ...   # one job of the hessian / kernels pillar
+sparsebench kernels                        # sparse-kernel backends and whether they run here
 sparsebench aggregate results/<bench>      # records -> validated runs.parquet
 sparsebench leaderboard results/<bench>    # records -> leaderboard files, no job rerun
 sparsebench retry-failed results/<bench>   # forget failed jobs so snakemake reruns them
@@ -83,6 +85,46 @@ def _cmd_run_hessian(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run_kernels(args: argparse.Namespace) -> int:
+    from sparsebench.suite.kernels_run import run_and_record_kernels
+    from sparsebench.suite.spec import load
+
+    if not args.spec:
+        raise SystemExit("sparsebench run-kernels: give --spec FILE (or set SPARSEBENCH_SPEC)")
+    spec = load(args.spec)
+    want = (args.out_features, args.in_features, args.batch)
+    cells = [
+        c
+        for c in spec.kernel_cells()
+        if (c.out_features, c.in_features, c.batch) == want
+        and abs(c.sparsity - args.sparsity) < 1e-12
+    ]
+    if not cells:
+        raise SystemExit(
+            f"no kernels job {args.out_features}x{args.in_features} s{args.sparsity:g} "
+            f"b{args.batch} in {args.spec}"
+        )
+    rows = run_and_record_kernels(spec, cells[0], args.out, args.threads, args.parallel_jobs)
+    for r in rows:
+        if r["status"] == "ok":
+            ratio = f"{r['speedup_vs_dense']:.2f}x dense" if r["speedup_vs_dense"] else ""
+            print(f"  {r['backend']:16s} {r['op']:8s} {r['ms_median']:9.3f} ms  {ratio}")
+        else:
+            print(f"  {r['backend']:16s} {r['op']:8s} [{r['status']}] {r['error']}")
+    print(f"-> {args.out}")
+    return 0
+
+
+def _cmd_kernels(args: argparse.Namespace) -> int:
+    from sparsebench.kernels import BACKENDS
+
+    for name, be in BACKENDS.items():
+        ok, why = be.available()
+        print(f"{name:16s} {'available' if ok else 'unavailable: ' + why}")
+        print(f"    {be.description}")
+    return 0
+
+
 def _cmd_aggregate(args: argparse.Namespace) -> int:
     from sparsebench.suite.leaderboard import aggregate, find_records
 
@@ -93,19 +135,28 @@ def _cmd_aggregate(args: argparse.Namespace) -> int:
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
-    from sparsebench.suite import hessian_board
+    from sparsebench.suite import hessian_board, kernels_board
     from sparsebench.suite.leaderboard import aggregate, find_records, print_top, write_leaderboard
 
     bench = Path(args.bench_dir)
     hessian_records = sorted((bench / "hessian").glob("**/record.json"))
+    kernel_records = sorted((bench / "kernels").glob("**/record.json"))
     has_runs = any((bench / "runs").glob("**/record.json"))
-    if has_runs or not hessian_records:  # no records at all: find_records explains
+    # As the Snakefile: a pillar's tables get a prefix only next to another pillar's.
+    several = sum(map(bool, (has_runs, hessian_records, kernel_records))) > 1
+    if has_runs or not (hessian_records or kernel_records):  # none: find_records explains
         runs = aggregate(find_records(bench), bench / "runs.parquet")
         write_leaderboard(runs, bench)
         print(f"leaderboard: {bench / 'leaderboard.md'} (also .csv, .json, pareto.png)")
         print(print_top(bench, n=args.top))
+    if kernel_records:
+        prefix = "kernels_" if several else ""
+        kruns = kernels_board.aggregate(kernel_records, bench / f"{prefix}runs.parquet")
+        files = kernels_board.write_leaderboard(kruns, bench, prefix)
+        print(f"kernels leaderboard: {files['md']} (also .csv, .json, {files['png'].name})")
+        print(kernels_board.summary(kruns))
     if hessian_records:
-        prefix = "hessian_" if has_runs else ""
+        prefix = "hessian_" if several else ""
         hruns = hessian_board.aggregate(hessian_records, bench / f"{prefix}runs.parquet")
         files = hessian_board.write_leaderboard(hruns, bench, prefix)
         print(f"hessian leaderboard: {files['md']} (also .csv, .json, {files['png'].name})")
@@ -113,18 +164,38 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_retry_failed(args: argparse.Namespace) -> int:
-    from sparsebench.suite.leaderboard import find_records
+def _record_status(path: Path) -> str:
+    """``ok`` or why a record is to be retried: its status (``failed``, ``diverged``), a
+    kernels cell with a failed row (``failed``; ``skipped`` rows are not failures), or
+    ``unreadable``."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return "unreadable"
+    if "rows" in data:  # a kernels cell
+        statuses = {r.get("status") for r in data["rows"]}
+        return "failed" if statuses - {"ok", "skipped"} else "ok"
+    return data.get("status") or "unreadable"
 
+
+# Tables derived from the records; removed by retry-failed so that Snakemake rebuilds them (it
+# does not rerun jobs whose downstream tables exist, even when a record is gone).
+DERIVED = ("*runs.parquet", "*leaderboard.md", "*leaderboard.csv", "*leaderboard.json")
+DERIVED_PLOTS = ("pareto.png", "*scaling.png", "*speedup.png")
+
+
+def _cmd_retry_failed(args: argparse.Namespace) -> int:
     bench = Path(args.bench_dir)
-    failed = []
-    for path in find_records(bench):
-        try:
-            status = json.loads(path.read_text()).get("status")
-        except (OSError, ValueError):
-            status = "unreadable"
-        if status != "ok":
-            failed.append((path, status))
+    records = [
+        p
+        for pillar in ("runs", "hessian", "kernels")
+        for p in (bench / pillar).glob("**/record.json")
+    ]
+    if not records:
+        from sparsebench.suite.leaderboard import find_records
+
+        find_records(bench)  # raises the "no records found" error
+    failed = [(p, st) for p in sorted(records) if (st := _record_status(p)) != "ok"]
     if not failed:
         print(f"no failed, diverged or unreadable records under {bench}")
         return 0
@@ -133,9 +204,9 @@ def _cmd_retry_failed(args: argparse.Namespace) -> int:
         if not args.dry_run:
             path.unlink()
     if not args.dry_run:
-        # Without runs.parquet Snakemake must rebuild it, and so rerun the missing jobs; it would
-        # otherwise keep the up-to-date table and ignore the deleted records.
-        (bench / "runs.parquet").unlink(missing_ok=True)
+        for pattern in DERIVED + DERIVED_PLOTS:
+            for table in bench.glob(pattern):
+                table.unlink()
         print("now run the same snakemake command again: only these jobs rerun")
     return 0
 
@@ -159,6 +230,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     spec = load(args.spec)
     paths = [j.record_path for j in spec.jobs()] + [c.record_path for c in spec.hessian_cells()]
+    paths += [c.record_path for c in spec.kernel_cells()]
     print(f"{args.spec}: valid; benchmark {spec.benchmark!r}, {len(paths)} jobs")
     for path in paths[: args.show]:
         print(f"  {path}")
@@ -203,6 +275,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--parallel-jobs", type=int, default=int(os.environ.get("SPARSEBENCH_PARALLEL_JOBS", "1"))
     )
     rh.set_defaults(func=_cmd_run_hessian)
+
+    rk = sub.add_parser("run-kernels", help="run one kernels job and write its record")
+    rk.add_argument("--spec", default=os.environ.get("SPARSEBENCH_SPEC"))
+    rk.add_argument("--out-features", type=int, required=True)
+    rk.add_argument("--in-features", type=int, required=True)
+    rk.add_argument("--sparsity", type=float, required=True)
+    rk.add_argument("--batch", type=int, required=True)
+    rk.add_argument("--out", required=True)
+    rk.add_argument("--threads", type=int, default=1)
+    rk.add_argument(
+        "--parallel-jobs",
+        type=int,
+        default=int(
+            os.environ.get(
+                "SPARSEBENCH_KERNELS_PARALLEL_JOBS",
+                os.environ.get("SPARSEBENCH_PARALLEL_JOBS", "1"),
+            )
+        ),
+    )
+    rk.set_defaults(func=_cmd_run_kernels)
+
+    kb = sub.add_parser("kernels", help="list sparse-kernel backends and whether they run here")
+    kb.set_defaults(func=_cmd_kernels)
 
     a = sub.add_parser("aggregate", help="validate the records into runs.parquet")
     a.add_argument("bench_dir")

@@ -18,7 +18,7 @@ import polars as pl
 
 from sparsebench.suite.hessian_run import HESSIAN_COLUMNS
 from sparsebench.suite.record import write_json_atomic
-from sparsebench.suite.schemas import TableError
+from sparsebench.suite.schemas import TableError, validate_and_write
 
 _DTYPES = {str: pl.String, int: pl.Int64, float: pl.Float64, bool: pl.Boolean}
 SCALING_MIN_ATOMS = 300  # above the sizes where fixed per-job overheads dominate
@@ -75,16 +75,7 @@ def aggregate(paths: Iterable[Path], out_parquet: Path) -> pl.DataFrame:
     """Collect, validate (pandera) and write the runs table. Raises TableError on a bad row,
     naming it."""
     df = collect(paths)
-    try:
-        HessianRunsSchema.validate(df, lazy=True)
-    except pa.errors.SchemaErrors as e:
-        cases = e.failure_cases.head(5).to_dicts()
-        raise TableError(f"invalid hessian runs table: {cases}") from None
-    out_parquet = Path(out_parquet)
-    out_parquet.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_parquet.with_suffix(".parquet.tmp")
-    df.write_parquet(tmp)
-    tmp.replace(out_parquet)
+    validate_and_write(df, HessianRunsSchema, out_parquet, "hessian")
     return df
 
 

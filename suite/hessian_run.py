@@ -36,6 +36,7 @@ HESSIAN_COLUMNS: dict[str, type] = {
     "pattern_hops": int,  # hops of the pattern used (K - 1 for truncated)
     "method": str,
     "order": str,
+    "chunk": int,  # HVPs per vmapped call used (auto: about 12,000 / n_atoms)
     "seed": int,
     "status": str,
     "error": str,
@@ -72,7 +73,7 @@ class HessianJob:
     method: str
     potential_params: dict[str, Any] = field(default_factory=dict)
     order: str = "smallest_last"
-    chunk: int = 8
+    chunk: int | None = None  # None: auto_chunk(n_atoms)
     repeats: int = 1
     dense_max_atoms: int = 1000
     seed: int = 0
@@ -107,6 +108,7 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
     from sparsebench.methods.hessian.hvp import (
         ColoredHessian,
         PatternError,
+        auto_chunk,
         dense_hessian,
         hvps,
         probe_check,
@@ -124,11 +126,12 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
     pot = build_potential(job.potential, atoms, dtype=torch.float64, device=device, **params)
     x = torch.as_tensor(atoms.get_positions(), dtype=torch.float64, device=device)
     n = len(atoms)
-    out: dict[str, Any] = {"n_atoms": n, "K": pot.hops, "pattern_hops": pot.hops}
+    chunk = job.chunk if job.chunk is not None else auto_chunk(n)
+    out: dict[str, Any] = {"n_atoms": n, "K": pot.hops, "pattern_hops": pot.hops, "chunk": chunk}
     hvps(pot.energy, x, torch.zeros(1, 3 * n, dtype=x.dtype, device=device))  # warm-up
 
     def dense_reference() -> np.ndarray:
-        dense, t_dense = _timed(lambda: dense_hessian(pot.energy, x, job.chunk), job.repeats)
+        dense, t_dense = _timed(lambda: dense_hessian(pot.energy, x, chunk), job.repeats)
         out["dense_wall_s"] = t_dense
         return dense.cpu().numpy()
 
@@ -162,7 +165,7 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         )
     pattern, t_pattern = _timed(lambda: HessianPattern.of_potential(pot, n, hops))
     colored, t_coloring = _timed(lambda: ColoredHessian.prepare(pattern, job.order))
-    b, t_hvp = _timed(lambda: colored.compressed(pot.energy, x, job.chunk), job.repeats)
+    b, t_hvp = _timed(lambda: colored.compressed(pot.energy, x, chunk), job.repeats)
     h, t_dec = _timed(lambda: colored.decompress(b))
     wall = t_pattern + t_coloring + t_hvp + t_dec
     out.update(
@@ -245,7 +248,7 @@ def run_and_record_hessian(spec, cell, out, threads: int = 1, parallel_jobs: int
         cell.method,
         params,
         h["order"],
-        h["chunk"],
+        None if h["chunk"] == "auto" else h["chunk"],
         h["repeats"],
         h["dense_max_atoms"],
         h["seed"],

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from sparsebench.suite.record import COMMON_COLUMNS
+from sparsebench.suite.record import COMMON_COLUMNS, atomic_write
 from sparsebench.suite.schemas import COMMON_DTYPES, TableError, validate_runs
 
 GROUP_KEYS: tuple[str, ...] = ("task", "target_sparsity", "method", "setting_id")
@@ -137,22 +136,6 @@ def collect_records(paths: Iterable[Path]) -> pl.DataFrame:
     return pl.DataFrame(list(columns.values()))
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    """Call ``write(tmp_path)`` then rename onto ``path``: readers never see a partial file.
-
-    The temporary name is built by hand rather than with mkstemp, whose 0600 mode would leak
-    onto the final file and hide it from other users of a shared results folder.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(str(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def aggregate(records: Iterable[Path], out_parquet: Path) -> pl.DataFrame:
     """Collect ``records``, validate them as the runs table and write ``out_parquet``.
 
@@ -163,7 +146,7 @@ def aggregate(records: Iterable[Path], out_parquet: Path) -> pl.DataFrame:
     paths = [Path(p) for p in records]
     runs = collect_records(paths)
     validate_runs(runs, sources=[str(p) for p in paths])
-    _atomic_write(Path(out_parquet), runs.write_parquet)
+    atomic_write(Path(out_parquet), runs.write_parquet)
     return runs
 
 
@@ -429,10 +412,10 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
         "png": out_dir / "pareto.png",
     }
     md = leaderboard_markdown(runs, board)
-    _atomic_write(paths["md"], lambda p: Path(p).write_text(md, encoding="utf-8"))
-    _atomic_write(paths["csv"], board.write_csv)
-    _atomic_write(paths["json"], board.write_json)
-    _atomic_write(paths["png"], lambda p: pareto_plot(board, Path(p)))
+    atomic_write(paths["md"], lambda p: Path(p).write_text(md, encoding="utf-8"))
+    atomic_write(paths["csv"], board.write_csv)
+    atomic_write(paths["json"], board.write_json)
+    atomic_write(paths["png"], lambda p: pareto_plot(board, Path(p)))
     return paths
 
 

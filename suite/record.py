@@ -105,6 +105,24 @@ def provenance() -> dict[str, Any]:
     }
 
 
+def atomic_write(path: str | Path, write: Any) -> None:
+    """Call ``write(tmp_path)`` then rename onto ``path``: readers never see a partial file.
+
+    For derived files (tables, plots). The temporary name is built by hand rather than with
+    mkstemp, whose 0600 mode would leak onto the final file and hide it from other users of a
+    shared results folder.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(str(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_json_atomic(path: str | Path, data: dict[str, Any]) -> None:
     """Write ``data`` as JSON to ``path`` through a temporary file in the same folder and an
     atomic ``os.replace``: readers see the old file or the complete new one, never a torn one."""

@@ -22,6 +22,7 @@ from sparsebench.suite import registry
 from sparsebench.suite.spec import Spec
 
 log = logging.getLogger("sparsebench")
+CPU_EXECUTION = ("cpu",)  # execution backends that run on CPU tensors only
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ def run_classification(spec: Spec, job: JobArgs) -> dict[str, Any]:
     from torch.utils.data import DataLoader
 
     from sparsebench.suite.data import load_dataset
+    from sparsebench.suite.execution import use_backend
     from sparsebench.suite.flops import TrainFlopsCounter, layer_flops, sparse_forward_flops
     from sparsebench.suite.lit import ClassificationModule, FlopsCallback, RunContext
     from sparsebench.suite.models import build_model
@@ -115,10 +117,12 @@ def run_classification(spec: Spec, job: JobArgs) -> dict[str, Any]:
         train_data=data.train,
     )
     module = ClassificationModule(model, data.num_classes, recipe, total_steps)
+    use_backend(module.model, module.masks, spec.data["execution"])
     method = info.cls(params, job.sparsity if info.sparse else 0.0, ctx)
     trainer = pl.Trainer(
         max_epochs=recipe["epochs"],
-        accelerator="auto",
+        # The cpu kernels take CPU tensors: such a job stays on the CPU even next to a GPU.
+        accelerator="cpu" if spec.data["execution"] in CPU_EXECUTION else "auto",
         devices=1,
         logger=False,
         enable_checkpointing=False,

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandera.polars as pa
 import polars as pl
 from pandera.errors import SchemaErrors
 
-from sparsebench.suite.record import COMMON_COLUMNS, STATUSES
+from sparsebench.suite.record import COMMON_COLUMNS, STATUSES, atomic_write
 
 # Columns a failed/diverged record must leave null (it never got that far); set on ok records.
 FAILED_NULL_COLUMNS: tuple[str, ...] = (
@@ -329,3 +330,14 @@ def validate_runs(
         message, rows = format_failures(cases, df, sources)
         raise TableError(message, rows=rows, failure_cases=cases) from None
     return df
+
+
+def validate_and_write(df: pl.DataFrame, schema: type, out_parquet: Path, what: str) -> None:
+    """Validate ``df`` against the pandera ``schema`` (all failures at once) and write it
+    atomically to ``out_parquet``. Raises TableError naming the first failing rows."""
+    try:
+        schema.validate(df, lazy=True)
+    except pa.errors.SchemaErrors as e:
+        cases = e.failure_cases.head(5).to_dicts()
+        raise TableError(f"invalid {what} runs table: {cases}") from None
+    atomic_write(Path(out_parquet), df.write_parquet)

@@ -153,6 +153,24 @@ class Job:
 
 
 @dataclass(frozen=True)
+class KernelCell:
+    """One (layer shape, sparsity, batch) cell of a spec's ``kernels`` section."""
+
+    benchmark: str
+    out_features: int
+    in_features: int
+    sparsity: float
+    batch: int
+
+    @property
+    def record_path(self) -> str:
+        return (
+            f"results/{self.benchmark}/kernels/{self.out_features}x{self.in_features}/"
+            f"s{self.sparsity!r}/b{self.batch}/record.json"
+        )
+
+
+@dataclass(frozen=True)
 class HessianCell:
     """One (system, size, potential, method) cell of a spec's ``hessian`` section."""
 
@@ -259,6 +277,18 @@ class Spec:
                         )
         return out
 
+    def kernel_cells(self) -> list[KernelCell]:
+        """Every job of the ``kernels`` section: one per (shape, sparsity, batch)."""
+        k = self.data.get("kernels")
+        if not k:
+            return []
+        return [
+            KernelCell(self.benchmark, int(o), int(i), float(s), int(b))
+            for o, i in k["shapes"]
+            for s in k["sparsities"]
+            for b in k["batches"]
+        ]
+
     def jobs(self) -> list[Job]:
         """Every classification (dst, pruning) job of the benchmark, in a stable order."""
         out = []
@@ -302,10 +332,10 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
     if errors:
         raise SpecError(_format_schema_error(errors[0], schema, source))
     data = _fill_defaults(data, schema)
-    if "tasks" not in data and "hessian" not in data:
+    if not any(k in data for k in ("tasks", "hessian", "kernels")):
         raise SpecError(
             f"{source}: (top level): the spec needs `tasks` + `methods` (dst, "
-            "pruning) or a `hessian` section, or both"
+            "pruning), a `hessian` section or a `kernels` section (or several)"
         )
     if ("tasks" in data) != ("methods" in data):
         missing = "methods" if "tasks" in data else "tasks"
@@ -320,6 +350,7 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
         if any(registry.get_method(m).sparse for m in data["methods"]) and not data["sparsities"]:
             raise SpecError(f"{source}: sparsities: sparse methods need at least one sparsity")
         _preflight(spec)
+        _check_execution(data, source)
     if "hessian" in data:
         for potential, params in data["hessian"]["potentials"].items():
             try:
@@ -327,6 +358,23 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
             except ValueError as e:
                 raise SpecError(f"{source}: hessian.potentials.{potential}: {e}") from None
     return spec
+
+
+def _check_execution(data: dict[str, Any], source: str) -> None:
+    """The ``execution`` backend must run on this machine (its reason otherwise)."""
+    import torch
+
+    from sparsebench.kernels import BACKENDS
+
+    name = data["execution"]
+    ok, why = BACKENDS[name].available()
+    if ok and name == "triton" and not torch.cuda.is_available():
+        ok, why = False, "it needs a CUDA GPU to train (TRITON_INTERPRET=1 is for tests only)"
+    if not ok:
+        raise SpecError(
+            f"{source}: execution: backend {name!r} cannot run here: {why}; "
+            "use dense_mask or another backend (`sparsebench kernels` lists them)"
+        )
 
 
 def _potential_hops(kind: str, params: dict[str, Any]) -> int:

@@ -71,6 +71,21 @@ def test_tiny_spec_runs_end_to_end_and_reruns_nothing(tmp_path):
     again = _snakemake(tmp_path, "-n", "--cores", "1")
     assert "Nothing to be done" in again.stdout + again.stderr
 
+    # A failed job is retried by retry-failed + the same command, and only that job reruns.
+    path = next(bench.glob("runs/**/rigl/**/record.json"))
+    rec.update(status="failed", error="simulated", test_acc=None)
+    path.write_text(json.dumps(rec))
+    dense_record = next(bench.glob("runs/**/dense/**/record.json"))
+    dense_mtime = dense_record.stat().st_mtime
+    from sparsebench.suite.cli import main
+
+    assert main(["retry-failed", str(bench)]) == 0
+    rerun = _snakemake(tmp_path, "--cores", "2")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert json.loads(path.read_text())["status"] == "ok"
+    assert dense_record.stat().st_mtime == dense_mtime
+    assert pl.read_parquet(bench / "runs.parquet")["status"].to_list() == ["ok", "ok"]
+
 
 def test_bad_spec_stops_before_any_job(tmp_path):
     (tmp_path / "tiny.yaml").write_text(TINY.format(data="d").replace("rigl:", "rigel:"))
@@ -106,3 +121,34 @@ def test_hessian_spec_runs_end_to_end(tmp_path):
     assert runs.height == 10 and set(runs["status"]) == {"ok"}
     exact = runs.filter(pl.col("method") == "colored")
     assert exact["rel_err"].max() <= 1e-10
+
+
+KERNELS = """
+kernels:
+  shapes: [[64, 32]]
+  sparsities: [0.5, 0.9]
+  batches: [4]
+  backends: [torch_csr, cpu, semi_structured]
+  repeats: 3
+  warmup: 1
+"""
+
+
+def test_tasks_with_cpu_execution_and_a_kernels_section(tmp_path):
+    spec = TINY.format(data=tmp_path / "data") + "execution: cpu\n" + KERNELS
+    (tmp_path / "tiny.yaml").write_text(spec)
+    run = _snakemake(tmp_path, "--cores", "2")
+    assert run.returncode == 0, run.stderr[-3000:]
+    bench = tmp_path / "results" / "tiny"
+    runs = pl.read_parquet(bench / "runs.parquet")
+    assert set(runs["status"]) == {"ok"} and set(runs["execution"]) == {"cpu"}
+    for name in ["runs.parquet", "leaderboard.md", "leaderboard.json", "speedup.png"]:
+        assert (bench / f"kernels_{name}").is_file(), name  # prefixed next to the tasks' tables
+    k = pl.read_parquet(bench / "kernels_runs.parquet")
+    # 2 cells x (dense, dense_mask, torch_csr, cpu, semi_structured) x 3 ops
+    assert k.height == 2 * 5 * 3
+    ok = k.filter(pl.col("status") == "ok")
+    assert set(ok["backend"]) == {"dense", "dense_mask", "torch_csr", "cpu"}
+    assert ok.filter(pl.col("backend") != "dense")["max_abs_err"].max() < 1e-4
+    skipped = k.filter(pl.col("backend") == "semi_structured")
+    assert set(skipped["status"]) == {"skipped"} and skipped["error"].is_not_null().all()

@@ -27,27 +27,34 @@ SPEC_FILE = (
 THREADS = SPEC.data["threads"]
 
 
-def _parallel_jobs():
-    """Jobs Snakemake can run at once (recorded next to wall-clock figures); 1 when no --cores
-    was given (dry runs, --report), where Snakemake refuses to tell the core count."""
+def _parallel_jobs(threads):
+    """Jobs of `threads` threads Snakemake can run at once (recorded next to wall-clock
+    figures); 1 when no --cores was given (dry runs, --report), where Snakemake refuses to tell
+    the core count."""
     try:
         cores = workflow.cores
     except Exception:
         return 1
-    return max(1, cores // THREADS) if isinstance(cores, int) else 1
+    return max(1, cores // threads) if isinstance(cores, int) else 1
 
 
-PARALLEL_JOBS = _parallel_jobs()
+PARALLEL_JOBS = _parallel_jobs(THREADS)
+KERNEL_THREADS = SPEC.data.get("kernels", {}).get("threads", THREADS)
 RECORDS = sorted(JOBS)
 HESSIAN_CELLS = {cell.record_path: cell for cell in SPEC.hessian_cells()}
 HESSIAN_RECORDS = sorted(HESSIAN_CELLS)
-# A hessian-only spec writes runs.parquet / leaderboard.md; next to dst/pruning tasks the hessian
-# tables get a prefix so the two pillars' files do not collide.
-HESSIAN_PREFIX = "" if HESSIAN_CELLS and not JOBS else "hessian_"
+KERNEL_CELLS = {cell.record_path: cell for cell in SPEC.kernel_cells()}
+KERNEL_RECORDS = sorted(KERNEL_CELLS)
+# A spec with one pillar writes runs.parquet / leaderboard.md; next to another pillar the
+# hessian and kernels tables get a prefix so the pillars' files do not collide.
+_SEVERAL = sum(map(bool, (JOBS, HESSIAN_CELLS, KERNEL_CELLS))) > 1
+HESSIAN_PREFIX = "hessian_" if _SEVERAL else ""
+KERNELS_PREFIX = "kernels_" if _SEVERAL else ""
 # Handed to `sparsebench run` through the environment, not the shell string: Snakemake reruns a
 # job whose shell code changed, and neither the spec's path nor --cores changes a job's result.
 os.environ["SPARSEBENCH_SPEC"] = SPEC_FILE
 os.environ["SPARSEBENCH_PARALLEL_JOBS"] = str(PARALLEL_JOBS)
+os.environ["SPARSEBENCH_KERNELS_PARALLEL_JOBS"] = str(_parallel_jobs(KERNEL_THREADS))
 LEADERBOARD_FILES = (
     expand(
         "results/{bench}/{name}",
@@ -65,6 +72,17 @@ HESSIAN_FILES = (
         name=["leaderboard.md", "leaderboard.csv", "leaderboard.json", "scaling.png"],
     )
     if HESSIAN_CELLS
+    else []
+)
+
+KERNEL_FILES = (
+    expand(
+        "results/{bench}/{prefix}{name}",
+        bench=BENCH,
+        prefix=KERNELS_PREFIX,
+        name=["leaderboard.md", "leaderboard.csv", "leaderboard.json", "speedup.png"],
+    )
+    if KERNEL_CELLS
     else []
 )
 

@@ -19,46 +19,49 @@ def hessian_params(wildcards):
     return json.dumps({"params": cell.potential_params_json, **section}, sort_keys=True)
 
 
-rule hessian_job:
-    output:
-        "results/{bench}/hessian/{system}/{potential}/{method}/n{size}/record.json",
-    log:
-        "results/{bench}/logs/hessian/{system}/{potential}/{method}/n{size}.log",
-    params:
-        job=hessian_params,
-    threads: THREADS
-    shell:
-        "sparsebench run-hessian --system {wildcards.system} --size {wildcards.size} "
-        "--potential-tag {wildcards.potential} --method {wildcards.method} --out {output} "
-        "--threads {threads} > {log} 2>&1"
+# Only with cells: with one pillar its tables are unprefixed, and the rules must not clash.
+if HESSIAN_CELLS:
+
+    rule hessian_job:
+        output:
+            "results/{bench}/hessian/{system}/{potential}/{method}/n{size}/record.json",
+        log:
+            "results/{bench}/logs/hessian/{system}/{potential}/{method}/n{size}.log",
+        params:
+            job=hessian_params,
+        threads: THREADS
+        shell:
+            "sparsebench run-hessian --system {wildcards.system} --size {wildcards.size} "
+            "--potential-tag {wildcards.potential} --method {wildcards.method} --out {output} "
+            "--threads {threads} > {log} 2>&1"
 
 
-rule hessian_aggregate:
-    input:
-        HESSIAN_RECORDS,
-    output:
-        f"results/{{bench}}/{HESSIAN_PREFIX}runs.parquet",
-    run:
-        from sparsebench.suite.hessian_board import aggregate
+    rule hessian_aggregate:
+        input:
+            HESSIAN_RECORDS,
+        output:
+            f"results/{{bench}}/{HESSIAN_PREFIX}runs.parquet",
+        run:
+            from sparsebench.suite.hessian_board import aggregate
 
-        aggregate([Path(p) for p in input], Path(output[0]))
+            aggregate([Path(p) for p in input], Path(output[0]))
 
 
-rule hessian_leaderboard:
-    input:
-        f"results/{{bench}}/{HESSIAN_PREFIX}runs.parquet",
-    output:
-        md=f"results/{{bench}}/{HESSIAN_PREFIX}leaderboard.md",
-        csv=f"results/{{bench}}/{HESSIAN_PREFIX}leaderboard.csv",
-        json=f"results/{{bench}}/{HESSIAN_PREFIX}leaderboard.json",
-        png=report(
-            f"results/{{bench}}/{HESSIAN_PREFIX}scaling.png",
-            caption="report/scaling.rst",
-            category="Hessian",
-        ),
-    run:
-        import polars as pl
+    rule hessian_leaderboard:
+        input:
+            f"results/{{bench}}/{HESSIAN_PREFIX}runs.parquet",
+        output:
+            md=f"results/{{bench}}/{HESSIAN_PREFIX}leaderboard.md",
+            csv=f"results/{{bench}}/{HESSIAN_PREFIX}leaderboard.csv",
+            json=f"results/{{bench}}/{HESSIAN_PREFIX}leaderboard.json",
+            png=report(
+                f"results/{{bench}}/{HESSIAN_PREFIX}scaling.png",
+                caption="report/scaling.rst",
+                category="Hessian",
+            ),
+        run:
+            import polars as pl
 
-        from sparsebench.suite.hessian_board import write_leaderboard
+            from sparsebench.suite.hessian_board import write_leaderboard
 
-        write_leaderboard(pl.read_parquet(input[0]), Path(output.md).parent, HESSIAN_PREFIX)
+            write_leaderboard(pl.read_parquet(input[0]), Path(output.md).parent, HESSIAN_PREFIX)

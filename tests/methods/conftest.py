@@ -9,6 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from sparsebench.suite import registry
+from sparsebench.suite.execution import use_backend
 from sparsebench.suite.flops import TrainFlopsCounter, layer_flops
 from sparsebench.suite.lit import ClassificationModule, FlopsCallback, RunContext
 
@@ -38,7 +39,8 @@ def make_ctx(model, total_steps=100, steps_per_epoch=10, data=None, seed=0, inpu
 
 @pytest.fixture
 def tiny_fit():
-    """fit(method, sparsity, params=None, epochs=4, extra_callbacks=()) -> (module, method)."""
+    """fit(method, sparsity, params=None, epochs=4, extra_callbacks=(), execution="dense_mask")
+    -> (module, method)."""
 
     def fit(
         method: str,
@@ -46,6 +48,7 @@ def tiny_fit():
         params: dict | None = None,
         epochs: int = 4,
         extra_callbacks=(),
+        execution: str = "dense_mask",
     ):
         pl.seed_everything(0, verbose=False)
         g = torch.Generator().manual_seed(0)
@@ -63,6 +66,7 @@ def tiny_fit():
         info = registry.get_method(method)
         m = info.cls(registry.build_params(method, params or {}), sparsity, ctx)
         module = ClassificationModule(model, 3, RECIPE, total)
+        use_backend(module.model, module.masks, execution)
         trainer = pl.Trainer(
             max_epochs=epochs,
             accelerator="cpu",

@@ -15,11 +15,25 @@ def test_retry_failed_forgets_only_failed_records(tmp_path, make_record, capsys)
     bad = bench / "runs" / "bad" / "record.json"
     write_json_atomic(ok, make_record())
     write_json_atomic(bad, make_record(status="failed", seed=1))
-    (bench / "runs.parquet").write_text("stale")
+    hessian_bad = bench / "hessian" / "alkane" / "record.json"
+    write_json_atomic(hessian_bad, {"status": "failed", "error": "x"})
+    kernels_skipped = bench / "kernels" / "a" / "record.json"
+    kernels_bad = bench / "kernels" / "b" / "record.json"
+    write_json_atomic(kernels_skipped, {"rows": [{"status": "ok"}, {"status": "skipped"}]})
+    write_json_atomic(kernels_bad, {"rows": [{"status": "ok"}, {"status": "failed"}]})
+    derived = [
+        bench / name
+        for name in ("runs.parquet", "leaderboard.md", "pareto.png", "kernels_speedup.png")
+    ]
+    for d in derived:
+        d.write_text("stale")
     assert main(["retry-failed", str(bench), "--dry-run"]) == 0
-    assert bad.exists()
+    assert bad.exists() and all(d.exists() for d in derived)
     assert main(["retry-failed", str(bench)]) == 0
-    assert ok.exists() and not bad.exists() and not (bench / "runs.parquet").exists()
+    assert ok.exists() and kernels_skipped.exists()
+    assert not any(p.exists() for p in (bad, hessian_bad, kernels_bad))
+    # Snakemake reruns nothing while the tables built from the records exist: they go too.
+    assert not any(d.exists() for d in derived)
     assert "removing [failed]" in capsys.readouterr().out
 
 

@@ -80,6 +80,8 @@ def test_grid_and_defaults(tmp_path):
             ["tasks.d.recipe.optimizer", "'lion'", "'sgd'"],
         ),
         (_with(tasks__d__recipe__epochs="ten"), ["tasks.d.recipe.epochs", "'ten'", "integer"]),
+        (_with(execution="sparse"), ["execution", "'sparse'", "'cpu'"]),
+        (_with(execution="semi_structured"), ["execution", "'semi_structured'", "'dense_mask'"]),
     ],
 )
 def test_spec_errors_name_file_key_value_and_allowed(tmp_path, data, expected):
@@ -149,3 +151,14 @@ def test_empty_spec_file(tmp_path):
     p.write_text("")
     with pytest.raises(SpecError, match="the spec is empty"):
         load(p)
+
+
+def test_execution_backend_must_run_here(tmp_path, monkeypatch):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("triton runs on this machine")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(SpecError, match="execution: backend 'triton' cannot run here: .*GPU"):
+        load(_write(tmp_path, _with(execution="triton")))
+    assert load(_write(tmp_path, _with(execution="cpu"))).data["execution"] == "cpu"

@@ -1,0 +1,138 @@
+"""The backend interface: three products of a sparse linear layer y = x Wᵀ + b.
+
+W (out, in) has a fixed :class:`~sparsebench.kernels.pattern.SparsityPattern`; its nonzeros are
+``values`` (nnz,) in CSR order. Every backend computes, for a batch of B rows:
+
+* ``forward(x (B, in), values, pattern, bias (out,) | None) -> y (B, out)`` = x Wᵀ + b
+  (an SpMM: sparse × dense matrix product);
+* ``grad_input(grad_y (B, out), values, pattern) -> (B, in)`` = grad_y W (SpMM with Wᵀ);
+* ``grad_values(grad_y (B, out), x (B, in), pattern) -> (nnz,)`` = (grad_yᵀ x) sampled on the
+  pattern, CSR order (an SDDMM, "sampled dense-dense matrix multiplication", Nisa et al. 2018,
+  HiPC).
+
+A :class:`Backend` bundles one implementation of each with ``available() -> (ok, reason)``
+and an optional pattern check; its public methods validate shapes, dtypes and devices once, so
+the implementations can assume 2-D inputs of matching dtype on the pattern's device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..pattern import SparsityPattern, check_values
+
+ForwardFn = Callable[[Tensor, Tensor, SparsityPattern, Tensor | None], Tensor]
+GradInputFn = Callable[[Tensor, Tensor, SparsityPattern], Tensor]
+GradValuesFn = Callable[[Tensor, Tensor, SparsityPattern], Tensor]
+
+
+class BackendUnavailableError(RuntimeError):
+    """A backend cannot run here (no GPU, no compiler, ...); the message says why."""
+
+
+def _no_pattern_check(pattern: SparsityPattern) -> None:
+    return None
+
+
+def _always_available() -> tuple[bool, str]:
+    return True, ""
+
+
+def on_device(pattern: SparsityPattern, device: torch.device) -> SparsityPattern:
+    """``pattern`` on ``device``, the moved copy cached on the pattern (moved once)."""
+    if pattern.device == device:
+        return pattern
+    key = f"on_device:{device}"
+    moved = pattern.cache.get(key)
+    if moved is None:
+        moved = pattern.cache[key] = pattern.to(device)
+    return moved
+
+
+def _check_dense(name: str, t: Tensor, cols: int, values: Tensor) -> None:
+    if not isinstance(t, Tensor) or t.dim() != 2 or t.shape[1] != cols:
+        shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+        raise ValueError(f"{name} must have shape (B, {cols}), got {shape}")
+    if t.dtype != values.dtype:
+        raise ValueError(f"{name} dtype {t.dtype} != values dtype {values.dtype}")
+    if t.device != values.device:
+        raise ValueError(f"{name} is on {t.device} but values are on {values.device}")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One implementation of the three products; see the module docstring.
+
+    Attributes:
+        name: registry name.
+        description: one line for listings and docs.
+        available: ``() -> (ok, reason)``; ``reason`` says why not (empty when ok).
+        check_pattern: raises ValueError if the backend cannot use a pattern (e.g. 2:4).
+    """
+
+    name: str
+    description: str
+    forward_impl: ForwardFn
+    grad_input_impl: GradInputFn
+    grad_values_impl: GradValuesFn
+    available: Callable[[], tuple[bool, str]] = _always_available
+    check_pattern: Callable[[SparsityPattern], None] = _no_pattern_check
+
+    def require(self) -> None:
+        """Raise :class:`BackendUnavailableError` (a RuntimeError) with the reason if this
+        backend cannot run here."""
+        ok, reason = self.available()
+        if not ok:
+            raise BackendUnavailableError(f"backend {self.name!r} is unavailable: {reason}")
+
+    def forward(
+        self, x: Tensor, values: Tensor, pattern: SparsityPattern, bias: Tensor | None = None
+    ) -> Tensor:
+        """y (B, out) = x (B, in) Wᵀ + bias, W = pattern filled with ``values`` (nnz,).
+
+        Raises:
+            ValueError: shapes, dtypes or devices do not match.
+            BackendUnavailableError: the backend cannot run here.
+        """
+        check_values(values, pattern)
+        _check_dense("x", x, pattern.in_features, values)
+        if bias is not None and (bias.shape != (pattern.out_features,) or bias.dtype != x.dtype):
+            raise ValueError(
+                f"bias must have shape ({pattern.out_features},) and dtype {x.dtype}, "
+                f"got {tuple(bias.shape)} {bias.dtype}"
+            )
+        self.require()
+        return self.forward_impl(x, values, on_device(pattern, x.device), bias)
+
+    def grad_input(self, grad_y: Tensor, values: Tensor, pattern: SparsityPattern) -> Tensor:
+        """grad_x (B, in) = grad_y (B, out) W.
+
+        Raises:
+            ValueError: shapes, dtypes or devices do not match.
+            BackendUnavailableError: the backend cannot run here.
+        """
+        check_values(values, pattern)
+        _check_dense("grad_y", grad_y, pattern.out_features, values)
+        self.require()
+        return self.grad_input_impl(grad_y, values, on_device(pattern, grad_y.device))
+
+    def grad_values(self, grad_y: Tensor, x: Tensor, pattern: SparsityPattern) -> Tensor:
+        """grad_values (nnz,) = (grad_yᵀ x)[o, i] for each nonzero (o, i), CSR order.
+
+        Raises:
+            ValueError: shapes, dtypes or devices do not match.
+            BackendUnavailableError: the backend cannot run here.
+        """
+        _check_dense("x", x, pattern.in_features, grad_y)
+        _check_dense("grad_y", grad_y, pattern.out_features, x)
+        if grad_y.shape[0] != x.shape[0]:
+            raise ValueError(f"grad_y has {grad_y.shape[0]} rows but x has {x.shape[0]}")
+        self.require()
+        return self.grad_values_impl(grad_y, x, on_device(pattern, x.device))
+
+
+__all__ = ["Backend", "BackendUnavailableError", "on_device"]

@@ -1,0 +1,40 @@
+"""The cpu backend's build: cache folder, and clear errors without a compiler or on failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparsebench.kernels.backends import _cpu_build, cpu
+
+
+def test_missing_compiler_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    monkeypatch.setattr(_cpu_build, "_module", None)  # as in a fresh process
+    ok, reason = cpu.available()
+    assert not ok and reason.startswith("no C++ compiler found")
+    with pytest.raises(RuntimeError, match="no C\\+\\+ compiler found"):
+        _cpu_build.load_extension()
+
+
+def test_build_folder_is_stable_and_overridable(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SPARSEBENCH_EXTENSIONS_DIR", str(tmp_path))
+    first = _cpu_build.build_directory()
+    assert first.parent == tmp_path and first == _cpu_build.build_directory()
+    assert _cpu_build.source_path().name == "sparse_linear.cpp"
+
+
+def test_failed_build_names_the_log(monkeypatch, tmp_path: Path) -> None:
+    fake = tmp_path / "fake-c++"
+    fake.write_text("#!/bin/sh\necho 'fake.cpp:1: error: no compiler here' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    monkeypatch.setenv("SPARSEBENCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    monkeypatch.setattr(_cpu_build, "_module", None)
+    with pytest.raises(RuntimeError, match="building the cpu kernel failed") as err:
+        _cpu_build.load_extension()
+    msg = str(err.value)
+    assert "build.log" in msg and str(tmp_path / "ext") in msg
+    log = Path(msg.split("full compiler output: ")[1].split(")")[0])
+    assert log.is_file()

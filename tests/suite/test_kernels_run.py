@@ -1,0 +1,196 @@
+"""Kernels pillar jobs: one (shape, sparsity, batch) cell timed for every backend."""
+
+import json
+
+import polars as pl
+import pytest
+import torch
+
+from sparsebench.suite.kernels_board import (
+    aggregate,
+    break_even,
+    goals,
+    speedup_pivot,
+    write_leaderboard,
+)
+from sparsebench.suite.kernels_run import (
+    KernelJob,
+    MaskedLinear,
+    measure,
+    random_mask,
+    run_and_record_kernels,
+    two_four_mask,
+    useful_flops,
+)
+from sparsebench.suite.spec import SpecError, validate
+
+
+def _spec(**kernels):
+    section = {
+        "shapes": [[24, 40]],
+        "sparsities": [0.5, 0.9],
+        "batches": [3],
+        "backends": ["torch_csr", "cpu", "triton", "semi_structured"],
+        "repeats": 3,
+        "warmup": 1,
+        **kernels,
+    }
+    return validate({"benchmark": "k", "kernels": section}, source="k.yaml")
+
+
+def test_cells_and_record_paths():
+    cells = _spec(batches=[1, 8]).kernel_cells()
+    assert len(cells) == 4
+    assert cells[0].record_path == "results/k/kernels/24x40/s0.5/b1/record.json"
+
+
+@pytest.mark.parametrize(
+    "section, expected",
+    [
+        ({"shapes": [[24]]}, ["kernels.shapes.0"]),
+        ({"sparsities": [1.0]}, ["kernels.sparsities.0"]),
+        ({"backends": ["cuda_magic"]}, ["kernels.backends.0", "'cuda_magic'", "torch_csr"]),
+        ({"ops": ["sideways"]}, ["kernels.ops.0"]),
+        ({"repeats": 1}, ["kernels.repeats"]),
+        ({"batch": [3]}, ["kernels", "'batch'"]),
+    ],
+)
+def test_kernels_section_errors(section, expected):
+    with pytest.raises(SpecError) as e:
+        _spec(**section)
+    for part in ["k.yaml", *expected]:
+        assert part in str(e.value), (part, str(e.value))
+
+
+def test_random_and_two_four_masks():
+    g = torch.Generator().manual_seed(0)
+    m = random_mask(10, 20, 0.9, g)
+    assert m.dtype == torch.bool and int(m.sum()) == 20
+    w = torch.randn(4, 8)
+    m24 = two_four_mask(w)
+    assert torch.all(m24.reshape(4, 2, 4).sum(-1) == 2)
+    kept = w.abs().reshape(4, 2, 4)[m24.reshape(4, 2, 4)].reshape(4, 2, 2)
+    dropped = w.abs().reshape(4, 2, 4)[~m24.reshape(4, 2, 4)].reshape(4, 2, 2)
+    assert torch.all(kept.min(-1).values >= dropped.max(-1).values)
+
+
+def test_masked_linear_is_dense_times_mask():
+    lin = torch.nn.Linear(5, 3)
+    mask = torch.rand(3, 5) < 0.5
+    layer = MaskedLinear(lin, mask)
+    x = torch.randn(2, 5)
+    torch.testing.assert_close(layer(x), x @ (lin.weight * mask).T + lin.bias)
+    layer(x).sum().backward()
+    assert torch.all(lin.weight.grad[~mask] == 0)
+
+
+def test_measure_rows_ratios_and_errors():
+    job = KernelJob(24, 40, 0.9, 3, ("torch_csr", "cpu", "semi_structured"), repeats=4, warmup=1)
+    rows = measure(job)
+    assert len(rows) == 5 * 3  # dense, dense_mask, 3 backends x 3 ops
+    by = {(r["backend"], r["op"]): r for r in rows}
+    nnz = by[("cpu", "forward")]["nnz"]
+    assert nnz == round(0.1 * 24 * 40)
+    for (backend, op), r in by.items():
+        if backend == "semi_structured":
+            assert r["status"] == "skipped" and "0.5" in r["error"]
+            continue
+        assert r["status"] == "ok" and r["repeats"] == 4
+        assert r["ms_p10"] <= r["ms_median"] <= r["ms_p90"]
+        assert r["speedup_vs_dense"] == pytest.approx(r["dense_ms"] / r["ms_median"])
+        assert r["speedup_vs_dense_mask"] == pytest.approx(r["dense_mask_ms"] / r["ms_median"])
+        assert r["useful_flops"] == useful_flops(op, nnz, 3)
+        if backend == "dense":
+            assert r["max_abs_err"] is None  # not masked: no reference to compare with
+        else:
+            assert r["max_abs_err"] < 1e-5, (backend, op, r["max_abs_err"])
+    assert by[("dense_mask", "forward")]["max_abs_err"] == 0.0
+    assert useful_flops("fwd_bwd", 10, 2) == 3 * useful_flops("forward", 10, 2)
+
+
+def test_a_backend_failing_in_backward_keeps_the_other_rows(monkeypatch):
+    import dataclasses
+
+    from sparsebench.kernels import BACKENDS
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    bad = dataclasses.replace(BACKENDS["torch_csr"], grad_input_impl=broken)
+    monkeypatch.setitem(BACKENDS, "torch_csr", bad)
+    rows = measure(KernelJob(16, 24, 0.5, 2, ("torch_csr", "cpu"), repeats=3, warmup=0))
+    by = {(r["backend"], r["op"]): r for r in rows}
+    assert by[("torch_csr", "backward")]["status"] == "failed"
+    assert "boom" in by[("torch_csr", "backward")]["error"]
+    for backend in ("dense", "dense_mask", "cpu"):
+        assert all(by[(backend, op)]["status"] == "ok" for op in ("forward", "backward"))
+    assert by[("cpu", "forward")]["speedup_vs_torch_csr"] is None
+
+
+def test_unknown_backend_fails_before_timing():
+    with pytest.raises(ValueError, match="allowed"):
+        measure(KernelJob(8, 8, 0.5, 1, ("cuda_magic",)))
+
+
+def test_record_table_and_leaderboard(tmp_path):
+    spec = _spec(backends=["cpu", "semi_structured"])
+    paths = []
+    for cell in spec.kernel_cells():
+        out = tmp_path / cell.record_path
+        run_and_record_kernels(spec, cell, out, threads=1)
+        paths.append(out)
+    rows = json.loads(paths[0].read_text())["rows"]
+    assert {r["benchmark"] for r in rows} == {"k"} and rows[0]["torch_version"]
+    runs = aggregate(paths, tmp_path / "runs.parquet")
+    assert runs.height == 2 * 4 * 3
+    files = write_leaderboard(runs, tmp_path)
+    md = files["md"].read_text()
+    assert "## Goals" in md and "not measured" in md  # no 4096 x 4096 cell in this spec
+    assert "semi_structured (skipped)" in md
+    assert files["png"].stat().st_size > 0
+    pivot = speedup_pivot(runs)
+    assert {"dense_mask", "cpu"} <= set(pivot.columns)
+
+
+def _row(backend, op, sparsity, speedup, **kw):
+    return {
+        "benchmark": "k",
+        "pillar": "kernels",
+        "backend": backend,
+        "op": op,
+        "batch": 64,
+        "in_features": 4096,
+        "out_features": 4096,
+        "sparsity": sparsity,
+        "status": "ok",
+        "device": "cpu",
+        "threads": 2,
+        "dtype": "float32",
+        "ms_median": 1.0,
+        "speedup_vs_dense": speedup,
+        "speedup_vs_dense_mask": speedup,
+        "speedup_vs_torch_csr": 2.0,
+        **kw,
+    }
+
+
+def test_goals_pass_fail_and_break_even():
+    runs = pl.DataFrame(
+        [
+            _row("cpu", "forward", 0.5, 0.4),
+            _row("cpu", "forward", 0.9, 1.5),
+            _row("cpu", "forward", 0.95, 6.0),
+            _row("cpu", "forward", 0.99, 9.0),
+            _row("cpu", "fwd_bwd", 0.95, 3.5),
+        ]
+    )
+    g = {r["goal"]: r for r in goals(runs).iter_rows(named=True)}
+    verdicts = [r["verdict"] for r in g.values()]
+    assert verdicts == ["pass", "pass", "fails", "pass"]
+    one_thread = runs.with_columns(threads=pl.lit(1))  # e.g. a `--cores 1` run
+    assert set(goals(one_thread)["verdict"]) == {"not measured (2 threads, float32)"}
+    assert g["cpu forward, 99 %: ≥ 10× dense"]["measured"] == 9.0
+    be = break_even(runs).filter(pl.col("op") == "forward")
+    assert be["break_even_sparsity"].to_list() == [0.9]  # slower than dense at 0.5: honest
+    slow = pl.DataFrame([_row("cpu", "forward", 0.99, 0.9)])
+    assert break_even(slow)["break_even_sparsity"].to_list() == [None]
