@@ -59,12 +59,13 @@ class SparsityPattern:
 
     @classmethod
     def from_mask(cls, mask: Tensor) -> SparsityPattern:
-        """Pattern of the nonzeros of ``mask`` (2-D, shape (out, in); bool, or any dtype where
-        nonzero means kept). Empty rows, empty columns and an all-False mask are allowed.
+        """Pattern of the True entries of ``mask`` (2-D, shape (out, in); bool, or 0/1 of any
+        dtype). Empty rows, empty columns and an all-False mask are allowed.
 
         Raises:
             TypeError: ``mask`` is not a tensor.
-            ValueError: ``mask`` is not 2-D.
+            ValueError: ``mask`` is not 2-D, or holds values other than 0 and 1 (a weight or
+                score tensor passed by mistake: build the mask with ``w != 0`` or a threshold).
         """
         if not isinstance(mask, Tensor):
             raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
@@ -74,6 +75,11 @@ class SparsityPattern:
             )
         mask = mask.detach()
         if mask.dtype != torch.bool:
+            if mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
+                raise ValueError(
+                    f"mask of dtype {mask.dtype} holds values other than 0 and 1; pass a bool "
+                    "mask (e.g. weight != 0, or scores >= threshold)"
+                )
             mask = mask != 0
         n_out, n_in = (int(s) for s in mask.shape)
         device = mask.device

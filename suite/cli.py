@@ -100,9 +100,13 @@ def _cmd_run_kernels(args: argparse.Namespace) -> int:
         and abs(c.sparsity - args.sparsity) < 1e-12
     ]
     if not cells:
+        k = spec.data.get("kernels")
+        if not k:
+            raise SystemExit(f"{args.spec} has no `kernels:` section")
         raise SystemExit(
             f"no kernels job {args.out_features}x{args.in_features} s{args.sparsity:g} "
-            f"b{args.batch} in {args.spec}"
+            f"b{args.batch} in {args.spec}; its shapes {k['shapes']}, sparsities "
+            f"{k['sparsities']}, batches {k['batches']}"
         )
     rows = run_and_record_kernels(spec, cells[0], args.out, args.threads, args.parallel_jobs)
     for r in rows:
@@ -144,7 +148,9 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     has_runs = any((bench / "runs").glob("**/record.json"))
     # As the Snakefile: a pillar's tables get a prefix only next to another pillar's.
     several = sum(map(bool, (has_runs, hessian_records, kernel_records))) > 1
-    if has_runs or not (hessian_records or kernel_records):  # none: find_records explains
+    if not (has_runs or hessian_records or kernel_records):
+        _no_records(bench)
+    if has_runs:
         runs = aggregate(find_records(bench), bench / "runs.parquet")
         write_leaderboard(runs, bench)
         print(f"leaderboard: {bench / 'leaderboard.md'} (also .csv, .json, pareto.png)")
@@ -162,6 +168,17 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
         print(f"hessian leaderboard: {files['md']} (also .csv, .json, {files['png'].name})")
         print(hessian_board.summary(hruns))
     return 0
+
+
+def _no_records(bench: Path) -> None:
+    """Raise the error for a results folder without any record of any pillar."""
+    from sparsebench.suite.schemas import TableError
+
+    state = "" if bench.is_dir() else " (the folder does not exist)"
+    raise TableError(
+        f"no records found under {bench}{state}: searched runs/, hessian/ and kernels/ "
+        "**/record.json. Run the benchmark first (`snakemake --cores N --configfile SPEC`)."
+    )
 
 
 def _record_status(path: Path) -> str:
@@ -192,9 +209,7 @@ def _cmd_retry_failed(args: argparse.Namespace) -> int:
         for p in (bench / pillar).glob("**/record.json")
     ]
     if not records:
-        from sparsebench.suite.leaderboard import find_records
-
-        find_records(bench)  # raises the "no records found" error
+        _no_records(bench)
     failed = [(p, st) for p in sorted(records) if (st := _record_status(p)) != "ok"]
     if not failed:
         print(f"no failed, diverged or unreadable records under {bench}")
@@ -278,12 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     rk = sub.add_parser("run-kernels", help="run one kernels job and write its record")
     rk.add_argument("--spec", default=os.environ.get("SPARSEBENCH_SPEC"))
-    rk.add_argument("--out-features", type=int, required=True)
-    rk.add_argument("--in-features", type=int, required=True)
-    rk.add_argument("--sparsity", type=float, required=True)
-    rk.add_argument("--batch", type=int, required=True)
-    rk.add_argument("--out", required=True)
-    rk.add_argument("--threads", type=int, default=1)
+    rk.add_argument("--out-features", type=int, required=True, help="rows of W (a spec shape)")
+    rk.add_argument("--in-features", type=int, required=True, help="columns of W")
+    rk.add_argument("--sparsity", type=float, required=True, help="one of the spec's sparsities")
+    rk.add_argument("--batch", type=int, required=True, help="one of the spec's batches")
+    rk.add_argument("--out", required=True, help="record path (written atomically)")
+    rk.add_argument("--threads", type=int, default=1, help="torch threads for this job")
     rk.add_argument(
         "--parallel-jobs",
         type=int,

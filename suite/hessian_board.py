@@ -18,9 +18,8 @@ import polars as pl
 
 from sparsebench.suite.hessian_run import HESSIAN_COLUMNS
 from sparsebench.suite.record import write_json_atomic
-from sparsebench.suite.schemas import TableError, validate_and_write
+from sparsebench.suite.schemas import TableError, rows_frame, validate_and_write
 
-_DTYPES = {str: pl.String, int: pl.Int64, float: pl.Float64, bool: pl.Boolean}
 SCALING_MIN_ATOMS = 300  # above the sizes where fixed per-job overheads dominate
 
 
@@ -66,9 +65,7 @@ def collect(paths: Iterable[Path]) -> pl.DataFrame:
             raise TableError(f"cannot read record {p}: {e}") from None
     if not rows:
         raise TableError("no hessian records to collect; run the benchmark first")
-    schema = {c: _DTYPES[t] for c, t in HESSIAN_COLUMNS.items()}
-    table = {c: [r.get(c) for r in rows] for c in schema}
-    return pl.DataFrame(table, schema=schema, strict=False)
+    return rows_frame(rows, HESSIAN_COLUMNS)
 
 
 def aggregate(paths: Iterable[Path], out_parquet: Path) -> pl.DataFrame:
@@ -167,8 +164,8 @@ def summary(runs: pl.DataFrame) -> str:
         "system", "potential", maintain_order=True
     ):
         big = g.filter(pl.col("n_atoms") >= SCALING_MIN_ATOMS).sort("n_atoms")
-        colors = big["n_colors"].to_list() or sorted(set(g["n_colors"].to_list()))
-        rows = big["max_row_atoms"].to_list()
+        if not big.height:  # only small sizes: show them all
+            big = g.sort("n_atoms")
         with_dense = g.filter(pl.col("speedup_vs_dense").is_not_null()).sort("n_atoms")
         speed = (
             f"{with_dense['speedup_vs_dense'][-1]:.1f}x dense at {with_dense['n_atoms'][-1]} atoms"
@@ -177,8 +174,9 @@ def summary(runs: pl.DataFrame) -> str:
         )
         p, p_hvp = expo.get((system, potential), (None, None))
         lines.append(
-            f"  {system:13s} {potential:6s} colors (sizes >= {SCALING_MIN_ATOMS} atoms) {colors}, "
-            f"densest row {rows} atoms; max rel_err "
+            f"  {system:13s} {potential:6s} colors {big['n_colors'].to_list()} at "
+            f"{big['n_atoms'].to_list()} atoms (densest row {big['max_row_atoms'].to_list()}); "
+            "max rel_err "
             f"{g['rel_err'].max():.1e}  {speed}  exponent "
             f"{'–' if p is None else f'{p:.2f}'} (per HVP "
             f"{'–' if p_hvp is None else f'{p_hvp:.2f}'})"
@@ -239,6 +237,8 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path, prefix: str = "") -> di
             f"| {r['system']} | {r['potential']} | {_fmt(r['exponent'])} | "
             f"{_fmt(r['exponent_per_hvp'])} | {r['sizes']} |"
         )
+    if not expo.height:
+        lines.append(f"| (no sizes with ≥ {SCALING_MIN_ATOMS} atoms) | | | | |")
     failed = runs.filter(pl.col("status") != "ok")
     if failed.height:
         lines += ["", "## Failed jobs", ""]

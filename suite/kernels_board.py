@@ -16,9 +16,8 @@ import polars as pl
 
 from sparsebench.suite.kernels_run import KERNEL_COLUMNS, OPS
 from sparsebench.suite.record import atomic_write, write_json_atomic
-from sparsebench.suite.schemas import TableError, validate_and_write
+from sparsebench.suite.schemas import TableError, rows_frame, validate_and_write
 
-_DTYPES = {str: pl.String, int: pl.Int64, float: pl.Float64, bool: pl.Boolean}
 STATUSES = ("ok", "skipped", "failed")
 
 
@@ -68,14 +67,7 @@ def collect(paths: Iterable[Path]) -> pl.DataFrame:
             raise TableError(f"cannot read kernel record {p}: {e!r}") from None
     if not rows:
         raise TableError("no kernel records to collect; run the benchmark first")
-    schema = {c: _DTYPES[t] for c, t in KERNEL_COLUMNS.items()}
-    # Provenance (spec_hash, git_sha, torch_version, times, ...) follows as extra columns.
-    extra = sorted({k for r in rows for k in r} - set(schema))
-    schema |= {c: pl.String for c in extra}
-    table = {c: [r.get(c) for r in rows] for c in schema}
-    for c in extra:
-        table[c] = [None if v is None else str(v) for v in table[c]]
-    return pl.DataFrame(table, schema=schema, strict=False)
+    return rows_frame(rows, KERNEL_COLUMNS)
 
 
 def aggregate(paths: Iterable[Path], out_parquet: Path) -> pl.DataFrame:

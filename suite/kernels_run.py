@@ -229,6 +229,8 @@ def measure(job: KernelJob, progress: Callable[[str], None] | None = None) -> li
             layers[name] = _Layer(module, x, grad_y)
         except _Skip as e:
             row.update(status="skipped", error=str(e))
+        except NotImplementedError as e:  # e.g. torch.sparse without a float16 CPU kernel
+            row.update(status="skipped", error=f"not supported here: {e}")
         except Exception as e:  # noqa: BLE001 - one backend failing keeps the others
             traceback.print_exc(file=sys.stderr)
             row.update(status="failed", error=f"{type(e).__name__}: {e}")

@@ -315,11 +315,13 @@ def leaderboard_markdown(runs: pl.DataFrame, board: pl.DataFrame | None = None) 
             out += _md_table(part.to_dicts())
     threads, jobs = _distinct(runs, "threads"), _distinct(runs, "parallel_jobs")
     devices = _distinct(runs, "device")
+    execution = _distinct(runs, "execution")
     out += [
         "---",
         "",
         f"Timings were measured with {threads} torch thread(s) per job and {jobs} concurrent "
-        f"job(s) (device: {devices}); wall-clock compares only within one such setting.",
+        f"job(s) (device: {devices}; sparse layers executed as {execution}); wall-clock "
+        "compares only within one such setting.",
         "",
     ]
     bad = runs.filter(pl.col("status") != "ok")

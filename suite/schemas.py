@@ -341,3 +341,18 @@ def validate_and_write(df: pl.DataFrame, schema: type, out_parquet: Path, what: 
         cases = e.failure_cases.head(5).to_dicts()
         raise TableError(f"invalid {what} runs table: {cases}") from None
     atomic_write(Path(out_parquet), df.write_parquet)
+
+
+_PY_DTYPES = {str: pl.String, int: pl.Int64, float: pl.Float64, bool: pl.Boolean}
+
+
+def rows_frame(rows: list[dict[str, Any]], columns: dict[str, type]) -> pl.DataFrame:
+    """Record rows as a typed frame: ``columns`` (name -> python type) first, then every other
+    key of the rows (provenance: spec_hash, git_sha, torch_version, times, ...) as strings."""
+    schema = {c: _PY_DTYPES[t] for c, t in columns.items()}
+    extra = sorted({k for r in rows for k in r} - set(schema))
+    table: dict[str, list[Any]] = {c: [r.get(c) for r in rows] for c in schema}
+    for c in extra:
+        table[c] = [None if r.get(c) is None else str(r[c]) for r in rows]
+    schema |= {c: pl.String for c in extra}
+    return pl.DataFrame(table, schema=schema, strict=False)

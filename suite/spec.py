@@ -97,7 +97,24 @@ def _format_schema_error(err: jsonschema.ValidationError, schema: dict, source: 
     if err.validator == "enum":
         allowed = ", ".join(repr(v) for v in err.validator_value)
         return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}"
+    if err.validator in ("oneOf", "anyOf"):
+        options = "; or ".join(_describe_schema(sub) for sub in err.validator_value)
+        return f"{source}: {where}: value {err.instance!r} is invalid; expected {options}"
     return f"{source}: {where}: value {err.instance!r} is invalid: {err.message}"
+
+
+def _describe_schema(sub: dict[str, Any]) -> str:
+    """A few words for a simple subschema: "an integer >= 1", "'auto'", "one of 'a', 'b'"."""
+    if "const" in sub:
+        return repr(sub["const"])
+    if "enum" in sub:
+        return "one of " + ", ".join(repr(v) for v in sub["enum"])
+    words = f"a value of type {sub.get('type', 'any')}"
+    if "minimum" in sub:
+        words += f" >= {sub['minimum']}"
+    if "maximum" in sub:
+        words += f" <= {sub['maximum']}"
+    return words
 
 
 def _fill_defaults(value: Any, schema: dict[str, Any]) -> Any:
@@ -351,6 +368,19 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
             raise SpecError(f"{source}: sparsities: sparse methods need at least one sparsity")
         _preflight(spec)
         _check_execution(data, source)
+    elif data["execution"] != "dense_mask":
+        raise SpecError(
+            f"{source}: execution: {data['execution']!r} applies to dst/pruning `tasks`, and "
+            "this spec has none; remove the key (the kernels section lists its own `backends`)"
+        )
+    if "kernels" in data and data["kernels"]["device"] == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SpecError(
+                f"{source}: kernels.device: 'cuda' but torch sees no CUDA GPU here; use "
+                "device: cpu (or run kernels/gpu_check.sh on a GPU machine)"
+            )
     if "hessian" in data:
         for potential, params in data["hessian"]["potentials"].items():
             try:

@@ -132,7 +132,14 @@ class ColoredHessian:
     def compressed(
         self, energy_fn: EnergyFn, positions: torch.Tensor, chunk: int | None = None
     ) -> torch.Tensor:
-        """B = H S, (3N × C), from C HVPs."""
+        """B = H S, (3N × C), from C HVPs. Raises ValueError unless positions is (N, 3) with
+        the pattern's N."""
+        n = self.pattern.n_atoms
+        if tuple(positions.shape) != (n, 3):
+            raise ValueError(
+                f"positions must be (N, 3) = ({n}, 3) for this pattern, "
+                f"got {tuple(positions.shape)}"
+            )
         s = torch.as_tensor(self.seeds.T, dtype=positions.dtype, device=positions.device)
         return hvps(energy_fn, positions, s, chunk).T
 

@@ -98,9 +98,16 @@ def job_of(wildcards):
 
 
 def job_params(wildcards):
-    """What defines a job's result: its method parameters and its task. A change to either
-    reruns just the affected jobs (Snakemake's `params` rerun trigger)."""
+    """What defines a job's result: its method parameters, its task and how its sparse layers
+    run (`execution`). A change to any reruns just the affected jobs (Snakemake's `params`
+    rerun trigger)."""
     job = job_of(wildcards)
     task = SPEC.task(job.task)
-    return json.dumps({"method_params": json.loads(job.params_json), "task": task},
-                      sort_keys=True)
+    return json.dumps(
+        {
+            "method_params": json.loads(job.params_json),
+            "task": task,
+            "execution": SPEC.data["execution"],
+        },
+        sort_keys=True,
+    )

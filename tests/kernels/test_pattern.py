@@ -54,9 +54,11 @@ def test_all_false_mask_and_empty_shapes() -> None:
     assert q.shape == (0, 4) and q.nnz == 0 and q.density == 0.0
 
 
-def test_non_bool_mask_means_nonzero_and_bad_inputs_raise() -> None:
-    p = SparsityPattern.from_mask(torch.tensor([[0.0, 2.0], [1.0, 0.0]]))
+def test_zero_one_mask_of_any_dtype_and_bad_inputs_raise() -> None:
+    p = SparsityPattern.from_mask(torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
     assert p.flat_index.tolist() == [1, 2]
+    with pytest.raises(ValueError, match="other than 0 and 1"):  # weights passed as a mask
+        SparsityPattern.from_mask(torch.tensor([[0.0, 2.0], [0.5, 0.0]]))
     with pytest.raises(ValueError, match="2-D"):
         SparsityPattern.from_mask(torch.ones(4, dtype=torch.bool))
     with pytest.raises(TypeError, match="torch.Tensor"):

@@ -35,6 +35,8 @@ def test_cells_skip_truncated_for_one_hop_and_dense_above_the_limit():
         ({"potentials": {"pair": {"cutof": 3.0}}}, ["hessian.potentials.pair", "cutof"]),
         ({"potentials": {"pair": {"cutoff": -1.0}}}, ["hessian.potentials.pair", "finite cutoff"]),
         ({"methods": ["sparse"]}, ["hessian.methods.0", "'sparse'"]),
+        ({"chunk": 0}, ["hessian.chunk", "integer >= 1", "'auto'"]),
+        ({"chunk": "big"}, ["hessian.chunk", "'big'", "'auto'"]),
     ],
 )
 def test_hessian_section_errors(section, expected):

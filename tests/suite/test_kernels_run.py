@@ -62,6 +62,23 @@ def test_kernels_section_errors(section, expected):
         assert part in str(e.value), (part, str(e.value))
 
 
+def test_device_and_execution_refused_where_they_cannot_apply():
+    if not torch.cuda.is_available():
+        with pytest.raises(SpecError, match="kernels.device: 'cuda' but torch sees no CUDA GPU"):
+            _spec(device="cuda")
+    section = {"shapes": [[8, 8]], "sparsities": [0.5], "batches": [1]}
+    with pytest.raises(SpecError, match="execution: 'cpu' applies to dst/pruning `tasks`"):
+        validate({"benchmark": "k", "execution": "cpu", "kernels": section}, source="k.yaml")
+
+
+def test_half_precision_skips_backends_without_kernels_for_it():
+    rows = measure(KernelJob(16, 16, 0.5, 2, ("torch_csr", "cpu"), dtype="float16", repeats=3))
+    status = {r["backend"]: (r["status"], r["error"]) for r in rows if r["op"] == "forward"}
+    assert status["cpu"][0] == "skipped" and "float32 and float64" in status["cpu"][1]
+    assert status["torch_csr"][0] in ("ok", "skipped")  # skipped where torch lacks the kernel
+    assert status["dense"][0] == "ok"
+
+
 def test_random_and_two_four_masks():
     g = torch.Generator().manual_seed(0)
     m = random_mask(10, 20, 0.9, g)

@@ -94,3 +94,10 @@ def test_torch_sparse_output_equals_scipy():
     assert np.allclose(
         t.to_dense().numpy(), dense_hessian(pot.energy, x).numpy(), atol=1e-10, rtol=0
     )
+
+
+def test_colored_hessian_refuses_positions_of_another_shape():
+    atoms, pot, x = _setup("alkane", 4, "pair")
+    colored = ColoredHessian.prepare(HessianPattern.of_potential(pot, len(atoms)))
+    with pytest.raises(ValueError, match=r"positions must be \(N, 3\) = \(14, 3\)"):
+        colored(pot.energy, x[:-1])
