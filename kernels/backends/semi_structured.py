@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..pattern import SparsityPattern
+from . import dense_mask
 from .base import Backend
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -117,20 +118,14 @@ def forward(x: Tensor, values: Tensor, pattern: SparsityPattern, bias: Tensor | 
     return F.linear(x, _compressed(values, pattern), bias)
 
 
-def grad_input(grad_y: Tensor, values: Tensor, pattern: SparsityPattern) -> Tensor:
-    return grad_y @ pattern.scatter(values)
-
-
-def grad_values(grad_y: Tensor, x: Tensor, pattern: SparsityPattern) -> Tensor:
-    return (grad_y.t() @ x).reshape(-1).index_select(0, pattern.flat_index)
-
-
 BACKEND = Backend(
     name="semi_structured",
     description="2:4 sparse tensor cores (torch.sparse.to_sparse_semi_structured), GPU sm >= 80",
     forward_impl=forward,
-    grad_input_impl=grad_input,
-    grad_values_impl=grad_values,
+    # The mask is 2:4 along the inputs only, not along the outputs that grad_input contracts
+    # over, and grad_values is a dense product: both run as the dense_mask reference does.
+    grad_input_impl=dense_mask.grad_input,
+    grad_values_impl=dense_mask.grad_values,
     available=available,
     check_pattern=check_two_four,
 )
