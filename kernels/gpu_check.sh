@@ -7,7 +7,7 @@
 #
 # Sets up .venv like `make` (pip, pinned torch), checks that CUDA is visible, runs the Triton
 # kernels' correctness tests on the GPU, then the benchmark, and prints the leaderboard's goals.
-# Results: results/kernels_gpu/ (float32) and results/kernels_gpu_fp16/ (float16, with 2:4):
+# Results: results/kernels_gpu/kernels/ (float32) and results/kernels_gpu_fp16/kernels/ (float16, 2:4):
 # leaderboard.md, runs.parquet, speedup.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 """Mask bookkeeping: the only code that applies sparsity masks to weights, gradients and
 optimizer state.
 
-Prunable weights are the kernels of ``nn.Linear`` and ``nn.Conv2d`` layers; biases and
+Prunable weights are the weight tensors of ``nn.Linear`` and ``nn.Conv2d`` layers; biases and
 normalization parameters stay dense. Sparsity is counted over prunable weights only:
 ``sparsity = 1 - (sum of mask ones) / (number of prunable weights)``.
 
@@ -55,7 +55,7 @@ def erk_densities(
 ) -> dict[str, float]:
     """Erdős–Rényi-Kernel layer densities (Evci et al. 2020, Sec. 3 "Sparsity distribution").
 
-    Layer l with kernel shape ``(n_out, n_in, k_h, k_w)`` (or ``(n_out, n_in)`` for Linear, which
+    Layer l with weight shape ``(n_out, n_in, k_h, k_w)`` (or ``(n_out, n_in)`` for Linear, which
     is plain Erdős–Rényi as in Mocanu et al. 2018) gets density ``eps * (sum(shape) / prod(shape))``
     with one global ``eps`` chosen so that the total number of nonzeros equals ``density`` times
     the number of prunable weights. A layer whose density would exceed 1 is made dense and

@@ -17,52 +17,39 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("ok", "failed", "diverged")
+STATUSES = ("ok", "failed", "diverged", "skipped")
 
-# name -> python type of the value when present (None allowed for metrics of failed runs).
+# The columns of every record of every pillar: name -> python type of the value when present.
+# Pillars add their own (``Pillar.columns``); see docs/architecture.md.
 COMMON_COLUMNS: dict[str, type] = {
     "benchmark": str,
     "pillar": str,
-    "task": str,
-    "dataset": str,
-    "model": str,
+    "cell_id": str,  # the cell's path under results/<bench>/<pillar>/runs/
+    "label": str,  # readable one-line description of the cell
     "method": str,
     "params_json": str,  # all parameters of the method, JSON with sorted keys
     "setting_id": str,  # "default" or a hash of the non-default parameters
     "setting": str,  # the non-default parameters, readable: "default" or "zeta=0.1, ..."
-    "execution": str,  # how sparse layers run: dense_mask (dense x mask)
-    "target_sparsity": float,
-    "actual_sparsity": float,  # from the masks, over prunable weights
     "seed": int,
-    "status": str,
+    "status": str,  # ok | failed | diverged (| skipped, for rows of some pillars)
     "error": str,
-    "test_acc": float,  # fraction in [0, 1]
-    "test_loss": float,
-    "val_acc": float,
-    "val_loss": float,
-    "epochs": int,
-    "steps": int,
-    "train_flops": float,  # FLOPs (2 x MACs) over all training steps
-    "inference_flops": float,  # FLOPs of one forward pass of one example
-    "train_flops_rel_dense": float,
-    "inference_flops_rel_dense": float,
-    "params_total": int,  # all parameters (weights, biases, norms)
-    "params_nonzero": int,  # parameters not removed by a mask
-    "train_wall_s": float,  # seconds of Trainer.fit
-    "infer_ms": float,  # median milliseconds of one forward pass of infer_batch examples
-    "infer_batch": int,
-    "layer_densities_json": str,  # layer name -> density at the end of training
     "device": str,
     "threads": int,  # torch intra-op threads of this job
     "parallel_jobs": int,  # jobs the scheduler could run at once (wall-clock context)
+    "cell_s": float,  # seconds of this cell inside its job (no interpreter start-up)
     "torch_version": str,
     "package_version": str,
     "git_sha": str,
     "git_dirty": bool,
     "spec_hash": str,
+    "trigger": str,  # hash of the cell's rerun trigger (its parameters besides the id)
     "started_at": str,
     "finished_at": str,
 }
+
+
+class Diverged(RuntimeError):
+    """A run that diverged (non-finite loss, exploding values): status ``diverged``."""
 
 
 def now_iso() -> str:
@@ -89,20 +76,28 @@ def git_info(cwd: str | Path | None = None) -> tuple[str, bool]:
         return "unknown", False
 
 
+_PROVENANCE: dict[str, Any] = {}
+
+
 def provenance() -> dict[str, Any]:
-    """Environment columns shared by every record."""
+    """Environment columns shared by every record (computed once per process)."""
+    if _PROVENANCE:
+        return dict(_PROVENANCE)
     import torch
 
     from sparsebench import __version__
 
     sha, dirty = git_info()
-    return {
-        "torch_version": torch.__version__,
-        "package_version": __version__,
-        "git_sha": sha,
-        "git_dirty": dirty,
-        "host": platform.node(),
-    }
+    _PROVENANCE.update(
+        {
+            "torch_version": torch.__version__,
+            "package_version": __version__,
+            "git_sha": sha,
+            "git_dirty": dirty,
+            "host": platform.node(),
+        }
+    )
+    return dict(_PROVENANCE)
 
 
 def atomic_write(path: str | Path, write: Any) -> None:

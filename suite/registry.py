@@ -1,9 +1,12 @@
 """Method registry: every method is a class with a typed ``Params`` dataclass, found by name.
 
 ``@register("rigl", pillar="dst")`` on a class makes it available to specs as
-``methods: {rigl: ...}``.
-Third-party packages add methods through the ``sparsebench.methods`` entry-point group; each entry
-point names a module that is imported (its ``@register`` calls do the rest).
+``methods: {rigl: ...}``. ``pillar`` is the method family a pillar serves (see
+:attr:`sparsebench.suite.pillar.Pillar.families`: the classification pillar serves ``dst`` and
+``pruning``); names are unique within a family. Built-in method modules are listed by their
+pillar (``Pillar.method_modules``); third-party packages add methods through the
+``sparsebench.methods`` entry-point group (each entry point names a module that is imported)
+or ``$SPARSEBENCH_PLUGINS``.
 """
 
 from __future__ import annotations
@@ -12,24 +15,15 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import re
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-PILLARS = ("dst", "pruning", "merging", "sae", "hessian", "kernels")
-
-# Modules that hold the built-in methods; imported lazily by `load_builtin_methods`.
-_BUILTIN_MODULES = (
-    "sparsebench.methods.dst.dense",
-    "sparsebench.methods.dst.static",
-    "sparsebench.methods.dst.set",
-    "sparsebench.methods.dst.rigl",
-    "sparsebench.methods.pruning.magnitude",
-    "sparsebench.methods.pruning.gmp",
-    "sparsebench.methods.pruning.snip",
-)
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class RegistryError(ValueError):
@@ -38,32 +32,34 @@ class RegistryError(ValueError):
 
 @dataclass(frozen=True)
 class MethodInfo:
-    """A registered method: its name, pillar, class and parameter dataclass."""
+    """A registered method: its name, family (``pillar``), class and parameter dataclass."""
 
     name: str
-    pillar: str
+    pillar: str  # the method family a pillar serves (Pillar.families)
     cls: type
     params_cls: type
     source: str  # the paper the method follows, taken from the class docstring's "Source:" line
-    sparse: bool  # False only for the dense baseline: it ignores the sparsity axis of a spec
+    sparse: bool  # False only for dense baselines: they ignore the sparsity axis of a spec
 
     def param_fields(self) -> list[dataclasses.Field]:
         return list(dataclasses.fields(self.params_cls))
 
 
-_REGISTRY: dict[str, MethodInfo] = {}
+_REGISTRY: dict[tuple[str, str], MethodInfo] = {}
 _loaded = False
+_imported: set[str] = set()
 
 
 def register(name: str, pillar: str, sparse: bool = True):
-    """Class decorator: register a method under ``name`` in ``pillar``.
+    """Class decorator: register a method under ``name`` in the method family ``pillar``.
 
     The class must define a nested ``Params`` dataclass whose fields all have defaults (the
-    published defaults of the method). Raises ``RegistryError`` on a duplicate name, an unknown
-    pillar or a ``Params`` that is not a dataclass.
+    published defaults of the method). Raises ``RegistryError`` on a duplicate name in the
+    family, a name that is not snake_case or a ``Params`` that is not a dataclass.
     """
-    if pillar not in PILLARS:
-        raise RegistryError(f"unknown pillar {pillar!r} for method {name!r}; allowed: {PILLARS}")
+    for what, value in (("method", name), ("family", pillar)):
+        if not _NAME.match(value):
+            raise RegistryError(f"{what} name {value!r} must be snake_case ([a-z][a-z0-9_]*)")
 
     def deco(cls: type) -> type:
         params_cls = getattr(cls, "Params", None)
@@ -72,13 +68,21 @@ def register(name: str, pillar: str, sparse: bool = True):
         for f in dataclasses.fields(params_cls):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise RegistryError(f"method {name!r}: parameter {f.name!r} needs a default")
-        if name in _REGISTRY and _REGISTRY[name].cls is not cls:
-            raise RegistryError(f"method {name!r} is registered twice")
-        _REGISTRY[name] = MethodInfo(name, pillar, cls, params_cls, _source_of(cls), sparse)
+        old = _REGISTRY.get((pillar, name))
+        if old is not None and old.cls.__qualname__ != cls.__qualname__:
+            raise RegistryError(f"method {name!r} is registered twice in {pillar!r}")
+        _REGISTRY[(pillar, name)] = MethodInfo(
+            name, pillar, cls, params_cls, _source_of(cls), sparse
+        )
         cls.method_name = name
         return cls
 
     return deco
+
+
+@dataclass
+class NoParams:
+    """Parameters of a method that has none."""
 
 
 def _source_of(cls: type) -> str:
@@ -95,26 +99,45 @@ def _source_of(cls: type) -> str:
     return ""
 
 
-def load_builtin_methods() -> None:
-    """Import the built-in method modules and third-party entry points (once)."""
+def load_builtin_methods(families: Iterable[str] | None = None) -> None:
+    """Import the method modules of the pillars serving ``families`` (all when None) and the
+    third-party entry points, each once. Per family, so that listing the hessian methods
+    does not import Lightning for the classification methods."""
     global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for mod in _BUILTIN_MODULES:
-        importlib.import_module(mod)
-    for ep in entry_points(group="sparsebench.methods"):
-        ep.load()
+    from sparsebench.suite.pillar import all_pillars
+
+    wanted = None if families is None else set(families)
+    for p in all_pillars().values():
+        if wanted is None or wanted & set(p.families):
+            for mod in p.method_modules:
+                if mod not in _imported:
+                    importlib.import_module(mod)
+                    _imported.add(mod)
+    if not _loaded:
+        _loaded = True
+        for ep in entry_points(group="sparsebench.methods"):
+            ep.load()
 
 
-def all_methods() -> dict[str, MethodInfo]:
-    load_builtin_methods()
-    return dict(sorted(_REGISTRY.items()))
+def all_methods(families: Iterable[str] | None = None) -> dict[str, MethodInfo]:
+    """Registered methods by name, of the given families, in registration order (each
+    pillar's ``method_modules`` order); all families: keys ``family/name``, sorted."""
+    load_builtin_methods(families)
+    if families is None:
+        return {f"{f}/{n}": info for (f, n), info in sorted(_REGISTRY.items())}
+    fams = set(families)
+    return {n: info for (f, n), info in _REGISTRY.items() if f in fams}
 
 
-def get_method(name: str) -> MethodInfo:
-    """Return the registered method ``name``; ``RegistryError`` lists the known names if absent."""
-    methods = all_methods()
+def registered(family: str) -> dict[str, MethodInfo]:
+    """The methods registered so far in ``family``, in registration order, without importing
+    any module (for a package that registers its own plug-ins while it is imported)."""
+    return {n: info for (f, n), info in _REGISTRY.items() if f == family}
+
+
+def get_method(name: str, families: Iterable[str] = ("dst", "pruning")) -> MethodInfo:
+    """Return the method ``name`` of ``families``; ``RegistryError`` lists the known names."""
+    methods = all_methods(families)
     if name not in methods:
         raise RegistryError(f"unknown method {name!r}; registered methods: {sorted(methods)}")
     return methods[name]
@@ -149,13 +172,20 @@ def describe_type(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def build_params(name: str, raw: dict[str, Any] | None, where: str = "") -> Any:
-    """Build the ``Params`` of method ``name`` from a plain dict, checking names and types.
+def build_params(
+    method: str | MethodInfo,
+    raw: dict[str, Any] | None,
+    where: str = "",
+    families: Iterable[str] = ("dst", "pruning"),
+) -> Any:
+    """Build the ``Params`` of ``method`` (a MethodInfo, or a name in ``families``) from a
+    plain dict, checking names and types.
 
     ``where`` prefixes error messages (e.g. ``"spec.yaml: methods.rigl"``). Raises
     ``RegistryError`` naming the parameter, the bad value and what is allowed.
     """
-    info = get_method(name)
+    info = method if isinstance(method, MethodInfo) else get_method(method, families)
+    name = info.name
     raw = dict(raw or {})
     hints = typing.get_type_hints(info.params_cls)
     fields = {f.name: f for f in info.param_fields()}

@@ -1,13 +1,15 @@
-"""Benchmark specs: load a YAML file, validate it, expand it into jobs.
+"""Benchmark specs: load a YAML file, validate it, expand it into cells.
 
-Validation happens before any job starts, in two layers: the JSON Schema ``spec.schema.json``
-(structure, types, ranges; defaults filled in) and the registries (method names, method
-parameter names and types, dataset and model names). Every error is a :class:`SpecError` whose
-message names the spec file, the key path, the bad value and what is allowed.
+Validation happens before any job starts, in two layers: the JSON Schema (``spec.schema.json``
+for the common keys, merged with every registered pillar's section fragment; structure, types,
+ranges; defaults filled in) and each present pillar's :meth:`~sparsebench.suite.pillar.Pillar.
+check` (registry names, parameter names and types, pre-flight checks). Every error is a
+:class:`SpecError` whose message names the spec file, the key path, the bad value and what is
+allowed.
 
 Grids: a list value in a method's parameters expands into one setting per value (cartesian
-product over parameters); ``sparsities`` and ``seeds`` expand too. The dense baseline ignores
-``sparsities`` and runs once per (task, seed) at sparsity 0.
+product over parameters, :func:`expand_grid`); pillars expand their own axes (sparsities,
+seeds, sizes, ...).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import copy
 import hashlib
 import itertools
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,8 +60,19 @@ SpecLoader.add_implicit_resolver(
 )
 
 
-def _schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text())
+def _schema(data: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The spec schema: the common keys, the full section fragment of every pillar present in
+    ``data`` (every pillar when None), and the bare keys of the others (so that an unknown key
+    lists every allowed one without building every pillar's enums, which import torch)."""
+    from sparsebench.suite.pillar import all_pillars
+
+    schema = json.loads(SCHEMA_PATH.read_text())
+    for p in all_pillars().values():
+        if data is None or p.present(data):
+            schema["properties"].update(p.schema())
+        else:
+            schema["properties"].update({k: {} for k in p.spec_keys})
+    return schema
 
 
 def _keypath(path) -> str:
@@ -143,83 +155,42 @@ class Setting:
     def params_json(self) -> str:
         return json.dumps(registry.params_to_dict(self.params), sort_keys=True)
 
-
-@dataclass(frozen=True)
-class Job:
-    """One (task, method setting, sparsity, seed) cell of a benchmark."""
-
-    benchmark: str
-    task: str
-    pillar: str
-    method: str
-    setting_id: str
-    params_json: str
-    sparsity: float
-    seed: int
-
     @property
-    def sparsity_tag(self) -> str:
-        return f"{self.sparsity:g}"
-
-    @property
-    def record_path(self) -> str:
-        return (
-            f"results/{self.benchmark}/runs/{self.task}/{self.method}/{self.setting_id}/"
-            f"s{self.sparsity_tag}/seed{self.seed}/record.json"
-        )
+    def label(self) -> str:
+        return registry.setting_label(self.params)
 
 
-@dataclass(frozen=True)
-class KernelCell:
-    """One (layer shape, sparsity, batch) cell of a spec's ``kernels`` section."""
+def expand_grid(info: registry.MethodInfo, raw: dict[str, Any] | None, where: str) -> list[Setting]:
+    """Expand the parameter grid of one method (a list value is a grid axis) into settings.
 
-    benchmark: str
-    out_features: int
-    in_features: int
-    sparsity: float
-    batch: int
-
-    @property
-    def record_path(self) -> str:
-        return (
-            f"results/{self.benchmark}/kernels/{self.out_features}x{self.in_features}/"
-            f"s{self.sparsity!r}/b{self.batch}/record.json"
-        )
-
-
-@dataclass(frozen=True)
-class HessianCell:
-    """One (system, size, potential, method) cell of a spec's ``hessian`` section."""
-
-    benchmark: str
-    system: str
-    size: int
-    potential: str
-    potential_params_json: str
-    method: str
-
-    @property
-    def potential_tag(self) -> str:
-        """``pair``, or ``pair-<hash>`` when the potential has non-default parameters."""
-        if self.potential_params_json == "{}":
-            return self.potential
-        digest = hashlib.sha1(self.potential_params_json.encode()).hexdigest()[:8]
-        return f"{self.potential}-{digest}"
-
-    @property
-    def record_path(self) -> str:
-        return (
-            f"results/{self.benchmark}/hessian/{self.system}/{self.potential_tag}/"
-            f"{self.method}/n{self.size}/record.json"
-        )
+    ``where`` (e.g. ``"spec.yaml: methods.rigl"``) prefixes errors. Raises SpecError for an
+    empty list, a list with repeated values or two grid points with the same parameters, and
+    RegistryError for an unknown parameter or a value of the wrong type."""
+    raw = raw or {}
+    keys = sorted(raw)
+    axes = [raw[k] if isinstance(raw[k], list) else [raw[k]] for k in keys]
+    for key, axis in zip(keys, axes):
+        if not axis:
+            raise SpecError(f"{where}.{key}: empty list; give at least one value")
+        if len({json.dumps(v, sort_keys=True) for v in axis}) < len(axis):
+            raise SpecError(f"{where}.{key}: repeated values in {axis!r}; list each value once")
+    out = []
+    for values in itertools.product(*axes):
+        params = registry.build_params(info, dict(zip(keys, values)), where=where)
+        out.append(Setting(info.name, params, registry.setting_id(params)))
+    ids = [s.setting_id for s in out]
+    if len(set(ids)) < len(ids):  # e.g. [0.3, 0.30000] or a value equal to the default
+        raise SpecError(f"{where}: two grid points give the same parameters")
+    return out
 
 
 @dataclass
 class Spec:
-    """A validated spec (defaults filled in) and where it came from."""
+    """A validated spec (defaults filled in), where it came from, and its pillars."""
 
     data: dict[str, Any]
     source: str
+    pillars: tuple[str, ...] = ()
 
     @property
     def benchmark(self) -> str:
@@ -230,105 +201,12 @@ class Spec:
         blob = json.dumps(self.data, sort_keys=True).encode()
         return hashlib.sha1(blob).hexdigest()[:12]
 
-    def task(self, name: str) -> dict[str, Any]:
-        if name not in self.data["tasks"]:
-            raise SpecError(
-                f"{self.source}: tasks: unknown task {name!r}; "
-                f"tasks in this spec: {sorted(self.data['tasks'])}"
-            )
-        return self.data["tasks"][name]
+    def cells(self, pillar: str | None = None) -> list:
+        """Every cell of ``pillar`` (default: of every pillar of the spec), stable order."""
+        from sparsebench.suite.pillar import get_pillar
 
-    def settings(self, method: str) -> list[Setting]:
-        """Expand the parameter grid of ``method`` (a list value is a grid axis).
-
-        Raises SpecError for an empty list or a list with repeated values."""
-        raw = self.data["methods"][method] or {}
-        keys = sorted(raw)
-        axes = [raw[k] if isinstance(raw[k], list) else [raw[k]] for k in keys]
-        for key, axis in zip(keys, axes):
-            where = f"{self.source}: methods.{method}.{key}"
-            if not axis:
-                raise SpecError(f"{where}: empty list; give at least one value")
-            if len({json.dumps(v, sort_keys=True) for v in axis}) < len(axis):
-                raise SpecError(f"{where}: repeated values in {axis!r}; list each value once")
-        out = []
-        for values in itertools.product(*axes):
-            params = registry.build_params(
-                method, dict(zip(keys, values)), where=f"{self.source}: methods.{method}"
-            )
-            out.append(Setting(method, params, registry.setting_id(params)))
-        ids = [s.setting_id for s in out]
-        if len(set(ids)) < len(ids):  # e.g. [0.3, 0.30000] or a value equal to the default
-            raise SpecError(
-                f"{self.source}: methods.{method}: two grid points give the same parameters"
-            )
-        return out
-
-    def hessian_cells(self) -> list[HessianCell]:
-        """Every job of the ``hessian`` section; ``truncated`` is skipped for potentials whose
-        Hessian reaches only 1 hop (nothing to truncate), ``dense`` above ``dense_max_atoms``."""
-        from sparsebench.methods.hessian.systems import n_atoms
-
-        h = self.data.get("hessian")
-        if not h:
-            return []
-        out = []
-        for system, sys_spec in h["systems"].items():
-            for potential, params in h["potentials"].items():
-                hops = _potential_hops(potential, params or {})
-                for method in h["methods"]:
-                    if method == "truncated" and hops <= 1:
-                        continue
-                    for size in sys_spec["sizes"]:
-                        if method == "dense" and n_atoms(system, size) > h["dense_max_atoms"]:
-                            continue
-                        out.append(
-                            HessianCell(
-                                self.benchmark,
-                                system,
-                                size,
-                                potential,
-                                json.dumps(params or {}, sort_keys=True),
-                                method,
-                            )
-                        )
-        return out
-
-    def kernel_cells(self) -> list[KernelCell]:
-        """Every job of the ``kernels`` section: one per (shape, sparsity, batch)."""
-        k = self.data.get("kernels")
-        if not k:
-            return []
-        return [
-            KernelCell(self.benchmark, int(o), int(i), float(s), int(b))
-            for o, i in k["shapes"]
-            for s in k["sparsities"]
-            for b in k["batches"]
-        ]
-
-    def jobs(self) -> list[Job]:
-        """Every classification (dst, pruning) job of the benchmark, in a stable order."""
-        out = []
-        for task in self.data.get("tasks", {}):
-            for method in self.data["methods"]:
-                info = registry.get_method(method)
-                sparsities = self.data["sparsities"] if info.sparse else [0.0]
-                for setting in self.settings(method):
-                    for s in sparsities:
-                        for seed in self.data["seeds"]:
-                            out.append(
-                                Job(
-                                    self.benchmark,
-                                    task,
-                                    info.pillar,
-                                    method,
-                                    setting.setting_id,
-                                    setting.params_json,
-                                    float(s),
-                                    seed,
-                                )
-                            )
-        return out
+        names = self.pillars if pillar is None else (pillar,)
+        return [c for name in names for c in get_pillar(name).cells(self)]
 
 
 def validate(data: Any, source: str = "<spec>") -> Spec:
@@ -336,11 +214,13 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
 
     Raises: SpecError naming ``source``, the key path, the bad value and what is allowed.
     """
-    schema = _schema()
+    from sparsebench.suite.pillar import all_pillars
+
     if data is None:
         raise SpecError(f"{source}: the spec is empty; see suite/benchmarks/default.yaml")
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the spec must be a YAML mapping, got {type(data).__name__}")
+    schema = _schema(data)
     data = copy.deepcopy(data)
     errors = sorted(
         jsonschema.Draft202012Validator(schema).iter_errors(data),
@@ -348,130 +228,23 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
     )
     if errors:
         raise SpecError(_format_schema_error(errors[0], schema, source))
+    pillars = tuple(name for name, p in all_pillars().items() if p.present(data))
+    if not pillars:
+        sections = "; ".join(
+            f"{name}: {', '.join(p.spec_keys)}" for name, p in all_pillars().items()
+        )
+        raise SpecError(
+            f"{source}: (top level): the spec has no pillar section; give the keys of at "
+            f"least one pillar ({sections})"
+        )
     data = _fill_defaults(data, schema)
-    if not any(k in data for k in ("tasks", "hessian", "kernels")):
-        raise SpecError(
-            f"{source}: (top level): the spec needs `tasks` + `methods` (dst, "
-            "pruning), a `hessian` section or a `kernels` section (or several)"
-        )
-    if ("tasks" in data) != ("methods" in data):
-        missing = "methods" if "tasks" in data else "tasks"
-        raise SpecError(
-            f"{source}: (top level): `tasks` and `methods` go together; `{missing}` is missing"
-        )
-    spec = Spec(data, source)
-    if "tasks" in data:
-        _check_registries(data, source)
-        for method in data["methods"]:
-            spec.settings(method)  # builds every Params: names and types checked here
-        if any(registry.get_method(m).sparse for m in data["methods"]) and not data["sparsities"]:
-            raise SpecError(f"{source}: sparsities: sparse methods need at least one sparsity")
-        _preflight(spec)
-        _check_execution(data, source)
-    elif data["execution"] != "dense_mask":
-        raise SpecError(
-            f"{source}: execution: {data['execution']!r} applies to dst/pruning `tasks`, and "
-            "this spec has none; remove the key (the kernels section lists its own `backends`)"
-        )
-    if "kernels" in data and data["kernels"]["device"] == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise SpecError(
-                f"{source}: kernels.device: 'cuda' but torch sees no CUDA GPU here; use "
-                "device: cpu (or run kernels/gpu_check.sh on a GPU machine)"
-            )
-    if "hessian" in data:
-        for potential, params in data["hessian"]["potentials"].items():
-            try:
-                _potential_hops(potential, params or {})
-            except ValueError as e:
-                raise SpecError(f"{source}: hessian.potentials.{potential}: {e}") from None
+    spec = Spec(data, source, pillars)
+    for name in pillars:
+        try:
+            all_pillars()[name].check(spec)
+        except registry.RegistryError as e:
+            raise SpecError(str(e)) from None
     return spec
-
-
-def _check_execution(data: dict[str, Any], source: str) -> None:
-    """The ``execution`` backend must run on this machine (its reason otherwise)."""
-    import torch
-
-    from sparsebench.kernels import BACKENDS
-
-    name = data["execution"]
-    ok, why = BACKENDS[name].available()
-    if ok and name == "triton" and not torch.cuda.is_available():
-        ok, why = False, "it needs a CUDA GPU to train (TRITON_INTERPRET=1 is for tests only)"
-    if not ok:
-        raise SpecError(
-            f"{source}: execution: backend {name!r} cannot run here: {why}; "
-            "use dense_mask or another backend (`sparsebench kernels` lists them)"
-        )
-
-
-def _potential_hops(kind: str, params: dict[str, Any]) -> int:
-    """K of potential ``kind`` with ``params`` (builds it on methane; validates the params).
-    Raises ValueError for unknown or bad parameters."""
-    from sparsebench.methods.hessian.potentials import build_potential
-    from sparsebench.methods.hessian.systems import build_system
-
-    return build_potential(kind, build_system("alkane", 1), **params).hops
-
-
-def _preflight(spec: Spec) -> None:
-    """Checks that need the registries' knowledge but no data: the model fits the dataset, the
-    torchvision files are there (or may be downloaded), every method can act within the task's
-    step budget. Catches at validation what would otherwise fail one job at a time."""
-    from sparsebench.suite.data import DATASET_INFO, DatasetNotFoundError, check_available
-    from sparsebench.suite.models import build_model
-
-    src, data = spec.source, spec.data
-    for name, task in data["tasks"].items():
-        info = DATASET_INFO[task["dataset"]]
-        try:
-            build_model(task["model"], info.input_shape, info.num_classes)
-        except ValueError as e:
-            raise SpecError(f"{src}: tasks.{name}.model: {e}") from None
-        try:
-            check_available(task["dataset"], data["data_root"], data["allow_download"])
-        except DatasetNotFoundError as e:
-            raise SpecError(f"{src}: tasks.{name}.dataset: {e}") from None
-        recipe = task["recipe"]
-        total_steps = math.ceil(info.n_train / recipe["batch_size"]) * recipe["epochs"]
-        for method in data["methods"]:
-            cls = registry.get_method(method).cls
-            for setting in spec.settings(method):
-                try:
-                    cls.check_budget(setting.params, total_steps)
-                except ValueError as e:
-                    raise SpecError(
-                        f"{src}: methods.{method} (setting {registry.setting_label(setting.params)}"
-                        f") on tasks.{name}: {e}"
-                    ) from None
-
-
-def _check_registries(data: dict[str, Any], source: str) -> None:
-    from sparsebench.suite.data import DATASETS
-    from sparsebench.suite.models import MODELS
-
-    for name, task in data["tasks"].items():
-        if task["dataset"] not in DATASETS:
-            raise SpecError(
-                f"{source}: tasks.{name}.dataset: unknown dataset {task['dataset']!r}; "
-                f"allowed: {', '.join(sorted(DATASETS))}"
-            )
-        if task["model"] not in MODELS:
-            raise SpecError(
-                f"{source}: tasks.{name}.model: unknown model {task['model']!r}; "
-                f"allowed: {', '.join(sorted(MODELS))}"
-            )
-    known = registry.all_methods()
-    for method, params in data["methods"].items():
-        if method not in known:
-            raise SpecError(
-                f"{source}: methods.{method}: unknown method {method!r}; "
-                f"registered methods: {', '.join(known)}"
-            )
-        if params is not None and not isinstance(params, dict):
-            raise SpecError(f"{source}: methods.{method}: expected a mapping of parameters")
 
 
 def load(path: str | Path) -> Spec:

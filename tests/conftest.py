@@ -7,16 +7,21 @@ from typing import Any
 
 import pytest
 
+from sparsebench.suite.pillars.classification.table import COLUMNS
 from sparsebench.suite.record import COMMON_COLUMNS
 
 MakeRecord = Callable[..., dict[str, Any]]
 
+PRUNING_METHODS = ("magnitude", "gmp", "snip")
+
 
 @pytest.fixture
 def make_record() -> MakeRecord:
-    """A function building a valid ``ok`` record dict (every common column plus ``host``);
-    keyword arguments override columns. ``status="failed"``/``"diverged"`` also nulls the metrics
-    and sets an error, as a real failed job does (override ``error`` to change the message)."""
+    """A function building a valid ``ok`` classification record dict (every common column,
+    every classification column, plus ``host``); keyword arguments override columns. The cell
+    id, label and family follow the (overridden) task, method, setting, sparsity and seed
+    unless given. ``status="failed"``/``"diverged"`` also nulls the metrics and sets an error,
+    as a real failed job does (override ``error`` to change the message)."""
 
     def build(**overrides: Any) -> dict[str, Any]:
         method = overrides.get("method", "rigl")
@@ -24,7 +29,8 @@ def make_record() -> MakeRecord:
         density = 1.0 - sparsity
         rec: dict[str, Any] = {
             "benchmark": "unit",
-            "pillar": "dst",
+            "pillar": "classification",
+            "family": "pruning" if method in PRUNING_METHODS else "dst",
             "task": "digits_mlp",
             "dataset": "digits",
             "model": "mlp",
@@ -57,16 +63,17 @@ def make_record() -> MakeRecord:
             "device": "cpu",
             "threads": 1,
             "parallel_jobs": 2,
+            "cell_s": 2.5,
             "torch_version": "2.14.1",
             "package_version": "0.1.0",
             "git_sha": "0" * 40,
             "git_dirty": False,
             "spec_hash": "abc123",
+            "trigger": "0123456789abcdef",
             "started_at": "2025-01-01T00:00:00+00:00",
             "finished_at": "2025-01-01T00:00:05+00:00",
             "host": "testhost",
         }
-        assert set(COMMON_COLUMNS) <= set(rec), "factory lags behind COMMON_COLUMNS"
         if overrides.get("status", "ok") != "ok":
             for col in (
                 "actual_sparsity", "test_acc", "test_loss", "val_acc", "val_loss", "steps",
@@ -77,6 +84,19 @@ def make_record() -> MakeRecord:
                 rec[col] = None
             rec["error"] = "RuntimeError: boom"
         rec.update(overrides)
+        # The cell's identity, as the classification pillar builds it (unless overridden).
+        s = rec["target_sparsity"]
+        s = f"{float(s):g}" if isinstance(s, int | float) else s
+        if "cell_id" not in overrides:
+            rec["cell_id"] = (
+                f"{rec['task']}/{rec['method']}/{rec['setting_id']}/s{s}/seed{rec['seed']}"
+            )
+        if "label" not in overrides:
+            rec["label"] = (
+                f"{rec['task']} {rec['method']} [{rec['setting']}] s={s} seed={rec['seed']}"
+            )
+        assert set(COMMON_COLUMNS) <= set(rec), "factory lags behind COMMON_COLUMNS"
+        assert set(COLUMNS) <= set(rec), "factory lags behind the classification COLUMNS"
         return rec
 
     return build

@@ -27,101 +27,23 @@ seeds: [0]
 
 
 def _snakemake(tmp_path, *args):
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    """Snakemake as `.venv/bin/snakemake` without an activated venv: the venv's bin folder is
+    *not* on PATH, so the jobs must run through the interpreter that runs Snakemake."""
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d",
+           str(tmp_path), "--configfile", str(tmp_path / "tiny.yaml"), *args]  # fmt: skip
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(REPO / "Snakefile"),
-            "-d",
-            str(tmp_path),
-            "--configfile",
-            str(tmp_path / "tiny.yaml"),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
+        cmd, capture_output=True, text=True, env=dict(os.environ, PATH=path), timeout=300
     )
 
 
-def test_tiny_spec_runs_end_to_end_and_reruns_nothing(tmp_path):
-    (tmp_path / "tiny.yaml").write_text(TINY.format(data=tmp_path / "data"))
-    run = _snakemake(tmp_path, "--cores", "2")
-    assert run.returncode == 0, run.stderr[-3000:]
-    bench = tmp_path / "results" / "tiny"
-    for name in [
-        "runs.parquet",
-        "leaderboard.md",
-        "leaderboard.csv",
-        "leaderboard.json",
-        "pareto.png",
-    ]:
-        assert (bench / name).is_file(), name
-    runs = pl.read_parquet(bench / "runs.parquet")
-    assert sorted(runs["method"]) == ["dense", "rigl"]
-    assert runs["status"].to_list() == ["ok", "ok"]
-    rec = json.loads(next(bench.glob("runs/**/rigl/**/record.json")).read_text())
-    assert rec["parallel_jobs"] == 2 and rec["threads"] == 1
-    assert "rigl" in (bench / "leaderboard.md").read_text()
-
-    again = _snakemake(tmp_path, "-n", "--cores", "1")
-    assert "Nothing to be done" in again.stdout + again.stderr
-
-    # A failed job is retried by retry-failed + the same command, and only that job reruns.
-    path = next(bench.glob("runs/**/rigl/**/record.json"))
-    rec.update(status="failed", error="simulated", test_acc=None)
-    path.write_text(json.dumps(rec))
-    dense_record = next(bench.glob("runs/**/dense/**/record.json"))
-    dense_mtime = dense_record.stat().st_mtime
-    from sparsebench.suite.cli import main
-
-    assert main(["retry-failed", str(bench)]) == 0
-    rerun = _snakemake(tmp_path, "--cores", "2")
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert json.loads(path.read_text())["status"] == "ok"
-    assert dense_record.stat().st_mtime == dense_mtime
-    assert pl.read_parquet(bench / "runs.parquet")["status"].to_list() == ["ok", "ok"]
-
-
-def test_bad_spec_stops_before_any_job(tmp_path):
-    (tmp_path / "tiny.yaml").write_text(TINY.format(data="d").replace("rigl:", "rigel:"))
-    run = _snakemake(tmp_path, "-n")
-    assert run.returncode != 0
-    assert "unknown method 'rigel'" in run.stderr + run.stdout
-    assert "tiny.yaml" in run.stderr + run.stdout
-
-
 HESSIAN = """
-benchmark: hess
 hessian:
   systems: {alkane: {sizes: [3, 6]}}
   potentials: {pair: {}, schnet: {}}
   methods: [dense, colored, truncated]
 """
-
-
-def test_hessian_spec_runs_end_to_end(tmp_path):
-    (tmp_path / "tiny.yaml").write_text(HESSIAN)
-    run = _snakemake(tmp_path, "--cores", "2")
-    assert run.returncode == 0, run.stderr[-3000:]
-    bench = tmp_path / "results" / "hess"
-    for name in [
-        "runs.parquet",
-        "leaderboard.md",
-        "leaderboard.csv",
-        "leaderboard.json",
-        "scaling.png",
-    ]:
-        assert (bench / name).is_file(), name
-    runs = pl.read_parquet(bench / "runs.parquet")
-    assert runs.height == 10 and set(runs["status"]) == {"ok"}
-    exact = runs.filter(pl.col("method") == "colored")
-    assert exact["rel_err"].max() <= 1e-10
-
 
 KERNELS = """
 kernels:
@@ -134,21 +56,90 @@ kernels:
 """
 
 
-def test_tasks_with_cpu_execution_and_a_kernels_section(tmp_path):
-    spec = TINY.format(data=tmp_path / "data") + "execution: cpu\n" + KERNELS
+def _mtimes(folder):
+    return {p: p.stat().st_mtime_ns for p in folder.glob("*/runs/**/record.json")}
+
+
+def test_mixed_spec_end_to_end_reruns_nothing_then_only_what_changed(tmp_path):
+    """Classification (with execution: cpu) + hessian + kernels in one spec: each pillar's
+    files in its own folder; a rerun does nothing; a changed parameter reruns only its cells;
+    retry-failed reruns only the failed cell."""
+    spec = TINY.format(data=tmp_path / "data") + "execution: cpu\n" + HESSIAN + KERNELS
     (tmp_path / "tiny.yaml").write_text(spec)
     run = _snakemake(tmp_path, "--cores", "2")
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     bench = tmp_path / "results" / "tiny"
-    runs = pl.read_parquet(bench / "runs.parquet")
-    assert set(runs["status"]) == {"ok"} and set(runs["execution"]) == {"cpu"}
-    for name in ["runs.parquet", "leaderboard.md", "leaderboard.json", "speedup.png"]:
-        assert (bench / f"kernels_{name}").is_file(), name  # prefixed next to the tasks' tables
-    k = pl.read_parquet(bench / "kernels_runs.parquet")
-    # 2 cells x (dense, dense_mask, torch_csr, cpu, semi_structured) x 3 ops
+    assert sorted(p.name for p in bench.iterdir()) == [
+        "classification", "hessian", "kernels", "logs", "summary.md"]  # fmt: skip
+    plots = {"classification": "pareto.png", "hessian": "scaling.png", "kernels": "speedup.png"}
+    for pillar, plot in plots.items():
+        for name in ["runs.parquet", "leaderboard.md", "leaderboard.csv", "leaderboard.json", plot]:
+            assert (bench / pillar / name).is_file(), (pillar, name)
+    assert not list(bench.glob("*_*"))  # no prefixed files
+    summary = (bench / "summary.md").read_text()
+    for pillar in plots:
+        assert f"{pillar}/leaderboard.md" in summary
+
+    # classification
+    folder = bench / "classification"
+    runs = pl.read_parquet(folder / "runs.parquet")
+    assert sorted(runs["method"]) == ["dense", "rigl"] and runs["status"].to_list() == ["ok"] * 2
+    assert set(runs["pillar"]) == {"classification"} and set(runs["family"]) == {"dst"}
+    assert set(runs["execution"]) == {"cpu"}
+    rec = json.loads(next(folder.glob("runs/**/rigl/**/record.json")).read_text())
+    assert rec["parallel_jobs"] == 2 and rec["threads"] == 1
+    assert rec["cell_id"] == "digits_mlp/rigl/" + rec["setting_id"] + "/s0.9/seed0"
+    assert "rigl" in (folder / "leaderboard.md").read_text()
+    # hessian
+    h = pl.read_parquet(bench / "hessian" / "runs.parquet")
+    assert h.height == 10 and set(h["status"]) == {"ok"}
+    assert h.filter(pl.col("method") == "colored")["rel_err"].max() <= 1e-10
+    # kernels: 2 cells x (dense, dense_mask, torch_csr, cpu, semi_structured) x 3 ops
+    k = pl.read_parquet(bench / "kernels" / "runs.parquet")
     assert k.height == 2 * 5 * 3
     ok = k.filter(pl.col("status") == "ok")
     assert set(ok["backend"]) == {"dense", "dense_mask", "torch_csr", "cpu"}
     assert ok.filter(pl.col("backend") != "dense")["max_abs_err"].max() < 1e-4
     skipped = k.filter(pl.col("backend") == "semi_structured")
     assert set(skipped["status"]) == {"skipped"} and skipped["error"].is_not_null().all()
+
+    again = _snakemake(tmp_path, "-n", "--cores", "2")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    # A changed method parameter: a new setting, only its cell runs; the old record stays on
+    # disk but leaves the table (Snakemake aggregates the spec's records).
+    before = _mtimes(bench)
+    (tmp_path / "tiny.yaml").write_text(spec.replace("update_interval: 5", "update_interval: 4"))
+    changed = _snakemake(tmp_path, "--cores", "2")
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    after = _mtimes(bench)
+    new = sorted(str(p.relative_to(bench)) for p in set(after) - set(before))
+    assert len(new) == 1 and new[0].startswith("classification/runs/digits_mlp/rigl/")
+    assert all(after[p] == t for p, t in before.items()), "no other record was rewritten"
+    runs = pl.read_parquet(folder / "runs.parquet")
+    assert runs.height == 2 and new[0].split("/")[4] in set(runs["setting_id"])
+
+    # A failed cell is retried by retry-failed + the same command, and only that cell reruns.
+    path = bench / "hessian" / "runs" / "alkane" / "schnet" / "colored" / "n6" / "record.json"
+    rec = json.loads(path.read_text())
+    rec.update(status="failed", error="simulated", wall_s=None)
+    path.write_text(json.dumps(rec))
+    before = _mtimes(bench)
+    from sparsebench.suite.cli import main
+
+    assert main(["retry-failed", str(bench)]) == 0
+    assert not path.exists() and (bench / "hessian" / "runs.parquet").exists()  # tables kept
+    rerun = _snakemake(tmp_path, "--cores", "2")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert json.loads(path.read_text())["status"] == "ok"
+    after = _mtimes(bench)
+    assert {p for p in after if after[p] != before.get(p)} == {path}
+    assert set(pl.read_parquet(bench / "hessian" / "runs.parquet")["status"]) == {"ok"}
+
+
+def test_bad_spec_stops_before_any_job(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY.format(data="d").replace("rigl:", "rigel:"))
+    run = _snakemake(tmp_path, "-n")
+    assert run.returncode != 0
+    assert "unknown method 'rigel'" in run.stderr + run.stdout
+    assert "tiny.yaml" in run.stderr + run.stdout

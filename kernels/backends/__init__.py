@@ -13,19 +13,19 @@ semi_structured    2:4 sparse tensor cores, torch.sparse.to_sparse_semi_structur
 
 from __future__ import annotations
 
-from . import cpu, dense_mask, semi_structured, torch_csr, triton_csr
+# isort: off
+# Registration order is listing order (and the "allowed:" order of error messages): the
+# reference, the library, ours, GPU-only, as in the table above.
+from . import dense_mask, torch_csr, cpu, triton_csr, semi_structured  # noqa: F401 - register
+
+# isort: on
+from sparsebench.suite.registry import registered
+
 from .base import Backend, BackendUnavailableError
 
-BACKENDS: dict[str, Backend] = {
-    b.name: b
-    for b in (
-        dense_mask.BACKEND,
-        torch_csr.BACKEND,
-        cpu.BACKEND,
-        triton_csr.BACKEND,
-        semi_structured.BACKEND,
-    )
-}
+# One instance per backend registered in the ``kernels`` method family (third-party backends
+# registered before this import follow the built-ins), in registration order.
+BACKENDS: dict[str, Backend] = {name: info.cls() for name, info in registered("kernels").items()}
 
 
 def get_backend(name: str | Backend, require_available: bool = True) -> Backend:

@@ -10,18 +10,20 @@ W (out, in) has a fixed :class:`~sparsebench.kernels.pattern.SparsityPattern`; i
   pattern, CSR order (an SDDMM, "sampled dense-dense matrix multiplication", Nisa et al. 2018,
   HiPC).
 
-A :class:`Backend` bundles one implementation of each with ``available() -> (ok, reason)``
-and an optional pattern check; its public methods validate shapes, dtypes and devices once, so
-the implementations can assume 2-D inputs of matching dtype on the pattern's device.
+A :class:`Backend` subclass bundles one implementation of each with
+``available() -> (ok, reason)`` and an optional pattern check; its public methods validate
+shapes, dtypes and devices once, so the implementations can assume 2-D inputs of matching
+dtype on the pattern's device.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from sparsebench.suite.registry import NoParams
 
 from ..pattern import SparsityPattern, check_values
 
@@ -32,14 +34,6 @@ GradValuesFn = Callable[[Tensor, Tensor, SparsityPattern], Tensor]
 
 class BackendUnavailableError(RuntimeError):
     """A backend cannot run here (no GPU, no compiler, ...); the message says why."""
-
-
-def _no_pattern_check(pattern: SparsityPattern) -> None:
-    return None
-
-
-def _always_available() -> tuple[bool, str]:
-    return True, ""
 
 
 def on_device(pattern: SparsityPattern, device: torch.device) -> SparsityPattern:
@@ -63,24 +57,43 @@ def _check_dense(name: str, t: Tensor, cols: int, values: Tensor) -> None:
         raise ValueError(f"{name} is on {t.device} but values are on {values.device}")
 
 
-@dataclass(frozen=True)
 class Backend:
     """One implementation of the three products; see the module docstring.
 
+    A backend is a subclass registered in the ``kernels`` method family
+    (``@register(name, pillar="kernels")``, with ``Params = NoParams``), so that specs, schema
+    enums and listings take its name from the one registry. Class attributes:
+
     Attributes:
-        name: registry name.
         description: one line for listings and docs.
-        available: ``() -> (ok, reason)``; ``reason`` says why not (empty when ok).
-        check_pattern: raises ValueError if the backend cannot use a pattern (e.g. 2:4).
+        unstructured: whether any sparsity pattern works (False for 2:4 only); only such
+            backends can run the changing masks of a dst/pruning job (the ``execution`` key).
+        forward_impl, grad_input_impl, grad_values_impl: the three products (static).
     """
 
-    name: str
-    description: str
+    Params = NoParams
+    description: str = ""
+    unstructured: bool = True
     forward_impl: ForwardFn
     grad_input_impl: GradInputFn
     grad_values_impl: GradValuesFn
-    available: Callable[[], tuple[bool, str]] = _always_available
-    check_pattern: Callable[[SparsityPattern], None] = _no_pattern_check
+
+    @property
+    def name(self) -> str:
+        return type(self).method_name
+
+    @staticmethod
+    def available() -> tuple[bool, str]:
+        """``(ok, reason)``: whether the backend can run here; ``reason`` says why not."""
+        return True, ""
+
+    @staticmethod
+    def check_pattern(pattern: SparsityPattern) -> None:
+        """Raise ValueError if the backend cannot use ``pattern`` (e.g. not 2:4)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<sparse backend {self.name!r}>"
 
     def require(self) -> None:
         """Raise :class:`BackendUnavailableError` (a RuntimeError) with the reason if this

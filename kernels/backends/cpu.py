@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from sparsebench.suite.registry import register
+
 from ..pattern import SparsityPattern
 from . import _cpu_build
 from .base import Backend
@@ -65,11 +67,16 @@ def available() -> tuple[bool, str]:
     return (problem is None, problem or "")
 
 
-BACKEND = Backend(
-    name="cpu",
-    description="our C++/OpenMP CSR SpMM + SDDMM over transposed activations (JIT-compiled)",
-    forward_impl=forward,
-    grad_input_impl=grad_input,
-    grad_values_impl=grad_values,
-    available=available,
-)
+@register("cpu", pillar="kernels")
+class CPUBackend(Backend):
+    """Our C++/OpenMP CSR SpMM and SDDMM over transposed activations, JIT-compiled once.
+
+    Source: ours (kernels/csrc/sparse_linear.cpp); the SDDMM as defined by Nisa et al. 2018,
+    HiPC, "Sampled Dense Matrix Multiplication for High-Performance Machine Learning".
+    """
+
+    description = "our C++/OpenMP CSR SpMM + SDDMM over transposed activations (JIT-compiled)"
+    forward_impl = staticmethod(forward)
+    grad_input_impl = staticmethod(grad_input)
+    grad_values_impl = staticmethod(grad_values)
+    available = staticmethod(available)

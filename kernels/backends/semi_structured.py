@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from sparsebench.suite.registry import register
+
 from ..pattern import SparsityPattern
 from . import dense_mask
 from .base import Backend
@@ -118,14 +120,21 @@ def forward(x: Tensor, values: Tensor, pattern: SparsityPattern, bias: Tensor | 
     return F.linear(x, _compressed(values, pattern), bias)
 
 
-BACKEND = Backend(
-    name="semi_structured",
-    description="2:4 sparse tensor cores (torch.sparse.to_sparse_semi_structured), GPU sm >= 80",
-    forward_impl=forward,
+@register("semi_structured", pillar="kernels")
+class SemiStructuredBackend(Backend):
+    """2:4 semi-structured sparsity on sparse tensor cores
+    (``torch.sparse.to_sparse_semi_structured``), float16/bfloat16 on GPUs with sm >= 80.
+
+    Source: Mishra et al. 2021, "Accelerating Sparse Deep Neural Networks", arXiv:2104.08378
+    (NVIDIA Ampere 2:4); PyTorch's semi-structured sparse tensors.
+    """
+
+    description = "2:4 sparse tensor cores (torch.sparse.to_sparse_semi_structured), GPU sm >= 80"
+    unstructured = False
+    forward_impl = staticmethod(forward)
     # The mask is 2:4 along the inputs only, not along the outputs that grad_input contracts
     # over, and grad_values is a dense product: both run as the dense_mask reference does.
-    grad_input_impl=dense_mask.grad_input,
-    grad_values_impl=dense_mask.grad_values,
-    available=available,
-    check_pattern=check_two_four,
-)
+    grad_input_impl = staticmethod(dense_mask.grad_input)
+    grad_values_impl = staticmethod(dense_mask.grad_values)
+    available = staticmethod(available)
+    check_pattern = staticmethod(check_two_four)

@@ -17,6 +17,8 @@ import warnings
 import torch
 from torch import Tensor
 
+from sparsebench.suite.registry import register
+
 from ..pattern import SparsityPattern
 from .base import Backend
 
@@ -76,10 +78,16 @@ def grad_values(grad_y: Tensor, x: Tensor, pattern: SparsityPattern) -> Tensor:
     return torch.sparse.sampled_addmm(zeros, grad_y.t(), x, beta=0.0).values()
 
 
-BACKEND = Backend(
-    name="torch_csr",
-    description="torch.sparse CSR: addmm / mm (MKL or cuSPARSE), sampled_addmm for SDDMM",
-    forward_impl=forward,
-    grad_input_impl=grad_input,
-    grad_values_impl=grad_values,
-)
+@register("torch_csr", pillar="kernels")
+class TorchCSRBackend(Backend):
+    """torch.sparse CSR: ``addmm`` / ``mm`` for the SpMMs and ``sampled_addmm`` for the SDDMM
+    (MKL on CPU, cuSPARSE on GPU): the library peer of our kernels.
+
+    Source: PyTorch's torch.sparse CSR kernels (torch.sparse_csr_tensor,
+    torch.sparse.sampled_addmm).
+    """
+
+    description = "torch.sparse CSR: addmm / mm (MKL or cuSPARSE), sampled_addmm for SDDMM"
+    forward_impl = staticmethod(forward)
+    grad_input_impl = staticmethod(grad_input)
+    grad_values_impl = staticmethod(grad_values)

@@ -26,6 +26,8 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from sparsebench.suite.registry import register
+
 from ..pattern import SparsityPattern
 from .base import Backend
 
@@ -160,11 +162,17 @@ def grad_values(grad_y: Tensor, x: Tensor, pattern: SparsityPattern) -> Tensor:
     return out
 
 
-BACKEND = Backend(
-    name="triton",
-    description="our Triton CSR SpMM (row × batch tile programs) and SDDMM (GPU, or interpreter)",
-    forward_impl=forward,
-    grad_input_impl=grad_input,
-    grad_values_impl=grad_values,
-    available=available,
-)
+@register("triton", pillar="kernels")
+class TritonBackend(Backend):
+    """Our Triton CSR SpMM (row × batch tile programs) and SDDMM, on a CUDA GPU or under
+    ``TRITON_INTERPRET=1`` on the CPU (correctness tests only).
+
+    Source: ours (kernels/backends/_triton_kernels.py); Tillet et al. 2019, "Triton: an
+    intermediate language and compiler for tiled neural network computations", MAPL.
+    """
+
+    description = "our Triton CSR SpMM (row × batch tile programs) and SDDMM (GPU, or interpreter)"
+    forward_impl = staticmethod(forward)
+    grad_input_impl = staticmethod(grad_input)
+    grad_values_impl = staticmethod(grad_values)
+    available = staticmethod(available)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparsebench.suite.lit import MaskMethod
+from sparsebench.suite.pillars.classification.lit import MaskMethod
 from sparsebench.suite.registry import register
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sparsebench.suite.lit import MaskMethod
 from sparsebench.suite.masks import layer_densities
+from sparsebench.suite.pillars.classification.lit import MaskMethod
 from sparsebench.suite.registry import register
 
 

@@ -8,8 +8,8 @@ from typing import Literal
 
 import torch
 
-from sparsebench.suite.lit import MaskMethod
 from sparsebench.suite.masks import layer_densities, n_keep, topk_mask
+from sparsebench.suite.pillars.classification.lit import MaskMethod
 from sparsebench.suite.registry import register
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from sparsebench.suite.lit import MaskMethod
+from sparsebench.suite.pillars.classification.lit import MaskMethod
 from sparsebench.suite.registry import register
 
 

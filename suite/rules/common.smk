@@ -1,9 +1,14 @@
-# Spec loading and validation (before any job starts) and job expansion.
+# Spec loading and validation (before any job starts), the cells of every pillar of the spec,
+# and the pending ones in batches (suite/workflow.py). Nothing here names a pillar.
 import json
 import os
+import shlex
 import sys
 
+from sparsebench.suite import paths
+from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
+from sparsebench.suite.workflow import batches
 
 
 def _load_spec():
@@ -14,100 +19,65 @@ def _load_spec():
         # Read the file with the suite's own YAML loader (1e-3 is a float, duplicate keys are
         # errors) rather than Snakemake's `config`, which would keep "1e-3" as a string.
         return load(cli_files[0] if cli_files else DEFAULT_SPEC)
-    except SpecError as e:
+    except (SpecError, ValueError) as e:
         sys.exit(f"sparsebench: invalid spec: {e}")
+
+
+def _cores():
+    """Snakemake's --cores; None when not given (dry runs, --report), where it refuses to tell."""
+    try:
+        cores = workflow.cores
+    except Exception:
+        return None
+    return cores if isinstance(cores, int) else None
 
 
 SPEC = _load_spec()
 BENCH = SPEC.benchmark
-JOBS = {job.record_path: job for job in SPEC.jobs()}
 SPEC_FILE = (
     str(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else str(DEFAULT_SPEC)
 )
-THREADS = SPEC.data["threads"]
+CORES = _cores()
+# The interpreter that runs Snakemake runs the jobs: `.venv/bin/snakemake` works without
+# activating the venv (a bare `sparsebench` would not be on PATH).
+PYTHON = shlex.quote(sys.executable)
+PILLARS = {name: get_pillar(name) for name in SPEC.pillars}
+CELLS = {name: p.cells(SPEC) for name, p in PILLARS.items()}
+RECORDS = {
+    name: sorted(str(paths.record(BENCH, name, c.id)) for c in cells)
+    for name, cells in CELLS.items()
+}
+BATCHES = batches(BENCH, CELLS, CORES)
+# The environment of every rule under --use-conda (the same packages as the pip install).
+CONDA_ENV = "../../envs/sparsebench.yaml"
 
 
-def _parallel_jobs(threads):
-    """Jobs of `threads` threads Snakemake can run at once (recorded next to wall-clock
-    figures); 1 when no --cores was given (dry runs, --report), where Snakemake refuses to tell
-    the core count."""
-    try:
-        cores = workflow.cores
-    except Exception:
-        return 1
-    return max(1, cores // threads) if isinstance(cores, int) else 1
+def parallel_jobs(threads):
+    """Jobs of `threads` threads Snakemake can run at once (recorded next to wall-clock)."""
+    return max(1, CORES // threads) if CORES else 1
 
 
-PARALLEL_JOBS = _parallel_jobs(THREADS)
-KERNEL_THREADS = SPEC.data.get("kernels", {}).get("threads", THREADS)
-RECORDS = sorted(JOBS)
-HESSIAN_CELLS = {cell.record_path: cell for cell in SPEC.hessian_cells()}
-HESSIAN_RECORDS = sorted(HESSIAN_CELLS)
-KERNEL_CELLS = {cell.record_path: cell for cell in SPEC.kernel_cells()}
-KERNEL_RECORDS = sorted(KERNEL_CELLS)
-# A spec with one pillar writes runs.parquet / leaderboard.md; next to another pillar the
-# hessian and kernels tables get a prefix so the pillars' files do not collide.
-_SEVERAL = sum(map(bool, (JOBS, HESSIAN_CELLS, KERNEL_CELLS))) > 1
-HESSIAN_PREFIX = "hessian_" if _SEVERAL else ""
-KERNELS_PREFIX = "kernels_" if _SEVERAL else ""
-# Handed to `sparsebench run` through the environment, not the shell string: Snakemake reruns a
-# job whose shell code changed, and neither the spec's path nor --cores changes a job's result.
-os.environ["SPARSEBENCH_SPEC"] = SPEC_FILE
-os.environ["SPARSEBENCH_PARALLEL_JOBS"] = str(PARALLEL_JOBS)
-os.environ["SPARSEBENCH_KERNELS_PARALLEL_JOBS"] = str(_parallel_jobs(KERNEL_THREADS))
-LEADERBOARD_FILES = (
-    expand(
-        "results/{bench}/{name}",
-        bench=BENCH,
-        name=["leaderboard.md", "leaderboard.csv", "leaderboard.json", "pareto.png"],
-    )
-    if JOBS
-    else []
-)
-HESSIAN_FILES = (
-    expand(
-        "results/{bench}/{prefix}{name}",
-        bench=BENCH,
-        prefix=HESSIAN_PREFIX,
-        name=["leaderboard.md", "leaderboard.csv", "leaderboard.json", "scaling.png"],
-    )
-    if HESSIAN_CELLS
-    else []
-)
-
-KERNEL_FILES = (
-    expand(
-        "results/{bench}/{prefix}{name}",
-        bench=BENCH,
-        prefix=KERNELS_PREFIX,
-        name=["leaderboard.md", "leaderboard.csv", "leaderboard.json", "speedup.png"],
-    )
-    if KERNEL_CELLS
-    else []
-)
+def board_outputs(name):
+    """A pillar's leaderboard files and plots (the plots flagged for --report)."""
+    pillar = PILLARS[name]
+    folder = paths.pillar_dir(BENCH, name)
+    files = [str(f) for f in paths.board_files(BENCH, name)]
+    caption_dir = os.path.dirname(sys.modules[type(pillar).__module__].__file__)
+    flag = report  # Snakemake's report() flag; a line may not start with the word
+    plots = [
+        flag(
+            str(folder / plot.file),
+            caption=os.path.join(caption_dir, plot.caption),
+            category=pillar.title or name,
+        )
+        for plot in pillar.plots
+    ]
+    return files + plots
 
 
-def job_of(wildcards):
-    path = (
-        f"results/{wildcards.bench}/runs/{wildcards.task}/{wildcards.method}/"
-        f"{wildcards.setting}/s{wildcards.sparsity}/seed{wildcards.seed}/record.json"
-    )
-    if path not in JOBS:
-        raise ValueError(f"{path} is not a job of benchmark {BENCH!r} in {SPEC_FILE}")
-    return JOBS[path]
-
-
-def job_params(wildcards):
-    """What defines a job's result: its method parameters, its task and how its sparse layers
-    run (`execution`). A change to any reruns just the affected jobs (Snakemake's `params`
-    rerun trigger)."""
-    job = job_of(wildcards)
-    task = SPEC.task(job.task)
-    return json.dumps(
-        {
-            "method_params": json.loads(job.params_json),
-            "task": task,
-            "execution": SPEC.data["execution"],
-        },
-        sort_keys=True,
-    )
+# Pending records are targets of `all` too: Snakemake does not remake a missing intermediate
+# file while the files made from it exist, so a record removed by retry-failed (or a new cell)
+# would otherwise be skipped. Their mtime then reruns the tables downstream.
+PENDING = sorted(r for bs in BATCHES.values() for b in bs for r in b.records(BENCH))
+ALL_BOARDS = [f for name in PILLARS for f in paths.board_files(BENCH, name)]
+SUMMARY = str(paths.summary(BENCH))

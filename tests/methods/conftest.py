@@ -9,9 +9,13 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from sparsebench.suite import registry
-from sparsebench.suite.execution import use_backend
 from sparsebench.suite.flops import TrainFlopsCounter, layer_flops
-from sparsebench.suite.lit import ClassificationModule, FlopsCallback, RunContext
+from sparsebench.suite.pillars.classification.execution import use_backend
+from sparsebench.suite.pillars.classification.lit import (
+    ClassificationModule,
+    FlopsCallback,
+    RunContext,
+)
 
 RECIPE = {
     "optimizer": "sgd",

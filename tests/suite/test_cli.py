@@ -1,3 +1,4 @@
+from sparsebench.suite import paths
 from sparsebench.suite.cli import main
 from sparsebench.suite.record import write_json_atomic
 
@@ -11,29 +12,42 @@ def test_methods_lists_parameters_defaults_and_sources(capsys):
 
 def test_retry_failed_forgets_only_failed_records(tmp_path, make_record, capsys):
     bench = tmp_path / "results" / "b"
-    ok = bench / "runs" / "ok" / "record.json"
-    bad = bench / "runs" / "bad" / "record.json"
-    write_json_atomic(ok, make_record())
-    write_json_atomic(bad, make_record(status="failed", seed=1))
-    hessian_bad = bench / "hessian" / "alkane" / "record.json"
+    ok_rec, bad_rec = make_record(), make_record(status="failed", seed=1)
+    ok = paths.record("b", "classification", ok_rec["cell_id"], tmp_path / "results")
+    bad = paths.record("b", "classification", bad_rec["cell_id"], tmp_path / "results")
+    write_json_atomic(ok, ok_rec)
+    write_json_atomic(bad, bad_rec)
+    hessian_bad = bench / "hessian" / "runs" / "alkane/pair/colored/n3" / "record.json"
     write_json_atomic(hessian_bad, {"status": "failed", "error": "x"})
-    kernels_skipped = bench / "kernels" / "a" / "record.json"
-    kernels_bad = bench / "kernels" / "b" / "record.json"
-    write_json_atomic(kernels_skipped, {"rows": [{"status": "ok"}, {"status": "skipped"}]})
-    write_json_atomic(kernels_bad, {"rows": [{"status": "ok"}, {"status": "failed"}]})
+    # A kernels record is ok with skipped rows (a backend that cannot run here), failed when
+    # one of its backends failed.
+    kernels_skipped = bench / "kernels" / "runs" / "64x32/s0.5/b4" / "record.json"
+    kernels_bad = bench / "kernels" / "runs" / "64x32/s0.9/b4" / "record.json"
+    write_json_atomic(
+        kernels_skipped, {"status": "ok", "rows": [{"status": "ok"}, {"status": "skipped"}]}
+    )
+    write_json_atomic(
+        kernels_bad,
+        {
+            "status": "failed",
+            "error": "cpu: boom",
+            "rows": [{"status": "ok"}, {"status": "failed"}],
+        },
+    )
+    # Derived tables stay: the Snakefile makes the removed (pending) records targets, and
+    # their new mtime reruns the tables downstream.
     derived = [
-        bench / name
-        for name in ("runs.parquet", "leaderboard.md", "pareto.png", "kernels_speedup.png")
-    ]
+        bench / "classification" / name for name in ("runs.parquet", "leaderboard.md", "pareto.png")
+    ] + [bench / "kernels" / "speedup.png", bench / "summary.md"]
     for d in derived:
         d.write_text("stale")
     assert main(["retry-failed", str(bench), "--dry-run"]) == 0
-    assert bad.exists() and all(d.exists() for d in derived)
+    assert all(p.exists() for p in (ok, bad, hessian_bad, kernels_skipped, kernels_bad))
+    assert "would remove [failed]" in capsys.readouterr().out
     assert main(["retry-failed", str(bench)]) == 0
     assert ok.exists() and kernels_skipped.exists()
     assert not any(p.exists() for p in (bad, hessian_bad, kernels_bad))
-    # Snakemake reruns nothing while the tables built from the records exist: they go too.
-    assert not any(d.exists() for d in derived)
+    assert all(d.exists() for d in derived)
     assert "removing [failed]" in capsys.readouterr().out
 
 

@@ -1,5 +1,6 @@
-"""RunsSchema / validate_runs: valid tables pass; each kind of bad row is refused with a message
-that names the row, its identifying fields, the column and the check."""
+"""CommonSchema, the classification runs table and validate_table: valid tables pass; each kind of
+bad row is refused with a message that names the row, its identifying fields, the column and
+the check."""
 
 from __future__ import annotations
 
@@ -8,13 +9,32 @@ from typing import Any
 import polars as pl
 import pytest
 
+from sparsebench.suite.pillar import get_pillar
+from sparsebench.suite.pillars.classification.table import COLUMNS, ClassificationSchema
 from sparsebench.suite.record import COMMON_COLUMNS
-from sparsebench.suite.schemas import COMMON_DTYPES, RunsSchema, TableError, validate_runs
+from sparsebench.suite.schemas import (
+    COMMON_DTYPES,
+    CommonSchema,
+    TableError,
+    polars_dtype,
+    validate_table,
+)
+
+PILLAR = get_pillar("classification")
+DTYPES = {**COMMON_DTYPES, **{c: polars_dtype(t) for c, t in COLUMNS.items()}}
 
 
 def frame(records: list[dict[str, Any]]) -> pl.DataFrame:
-    # Explicit dtypes, as collect_records builds them: all-null columns keep their type.
-    return pl.from_dicts(records, schema_overrides=COMMON_DTYPES, infer_schema_length=None)
+    # Explicit dtypes, as tables.collect builds them: all-null columns keep their type.
+    return pl.from_dicts(records, schema_overrides=DTYPES, infer_schema_length=None)
+
+
+def validate_runs(df: pl.DataFrame, **kw: Any) -> pl.DataFrame:
+    """The classification runs table's validation, as tables.aggregate runs it."""
+    assert PILLAR.table is ClassificationSchema
+    return validate_table(
+        df, PILLAR.table, ident=PILLAR.row_key, problems=PILLAR.row_problems(), **kw
+    )
 
 
 @pytest.fixture
@@ -35,10 +55,17 @@ def rejected(records: list[dict[str, Any]], **kw: Any) -> TableError:
 
 
 def test_schema_covers_common_columns() -> None:
-    cols = RunsSchema.to_schema().columns
+    cols = CommonSchema.to_schema().columns
     assert list(cols) == list(COMMON_COLUMNS)
     for name, col in cols.items():
         assert col.dtype.type == COMMON_DTYPES[name], name
+
+
+def test_classification_schema_covers_its_columns() -> None:
+    cols = ClassificationSchema.to_schema().columns
+    assert set(cols) == set(COMMON_COLUMNS) | set(COLUMNS)
+    for name, col in cols.items():
+        assert col.dtype.type == DTYPES[name], name
 
 
 def test_valid_table_passes_unchanged(good) -> None:

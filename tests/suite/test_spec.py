@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparsebench.suite import paths
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
 
 BASE = {
@@ -41,18 +42,22 @@ def _with(**changes):
 
 def test_default_spec_is_valid_and_expands():
     spec = load(DEFAULT_SPEC)
-    jobs = spec.jobs()
+    assert spec.pillars == ("classification", "hessian", "kernels")
+    cells = spec.cells("classification")
     # (6 sparse methods + a second SET setting) x 4 sparsities x 3 seeds + dense x 3 seeds
-    assert len(jobs) == 7 * 4 * 3 + 3
-    assert len({j.record_path for j in jobs}) == len(jobs)
+    assert len(cells) == 7 * 4 * 3 + 3
+    every = spec.cells()
+    assert len(every) == len(cells) + 16 + 3  # the hessian and kernels slices
+    records = {paths.record(spec.benchmark, c.pillar, c.id) for c in every}
+    assert len(records) == len(every)
 
 
 def test_grid_and_defaults(tmp_path):
     spec = load(_write(tmp_path, BASE))
-    jobs = spec.jobs()
-    assert len(jobs) == 2 + 2 * 2 * 2  # dense per seed; rigl 2 settings x 2 sparsities x 2 seeds
+    cells = spec.cells("classification")
+    assert len(cells) == 2 + 2 * 2 * 2  # dense per seed; rigl 2 settings x 2 sparsities x 2 seeds
     assert spec.data["tasks"]["d"]["recipe"]["momentum"] == 0.9  # schema default filled in
-    labels = {j.setting_id: j for j in jobs if j.method == "rigl"}
+    labels = {c.setting_id: c for c in cells if c.method == "rigl"}
     assert len(labels) == 2 and "default" not in labels  # update_interval 5 is not the default
 
 

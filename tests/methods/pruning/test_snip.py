@@ -5,8 +5,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from sparsebench.methods.pruning.snip import SNIP
-from sparsebench.suite.lit import ClassificationModule
 from sparsebench.suite.masks import topk_mask
+from sparsebench.suite.pillars.classification.lit import ClassificationModule
 from tests.methods.conftest import RECIPE, make_ctx
 
 

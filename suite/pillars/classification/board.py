@@ -1,24 +1,20 @@
-"""Records -> runs table -> leaderboard (polars only).
+"""The classification board: runs table -> leaderboard (polars only).
 
-``find_records`` globs a benchmark folder, ``collect_records`` reads the JSON records into a
-typed frame, ``aggregate`` validates it (:func:`suite.schemas.validate_runs`) and writes
-``runs.parquet``. ``build_leaderboard`` reduces the ok runs to one row per (task, sparsity,
+``build_leaderboard`` reduces the ok runs to one row per (task, sparsity,
 method, setting): mean ± std over seeds, rank within (task, sparsity), cost relative to the dense
 baseline of the task. ``write_leaderboard`` writes it as Markdown, CSV, JSON and a Pareto plot.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from sparsebench.suite.record import COMMON_COLUMNS, atomic_write
-from sparsebench.suite.schemas import COMMON_DTYPES, TableError, validate_runs
+from sparsebench.suite.boards import write_board_files
+from sparsebench.suite.schemas import TableError
 
 GROUP_KEYS: tuple[str, ...] = ("task", "target_sparsity", "method", "setting_id")
 RANK_KEYS: tuple[str, ...] = ("task", "target_sparsity")
@@ -46,108 +42,6 @@ LEADERBOARD_SCHEMA: dict[str, pl.DataType] = {
     "train_wall_rel_dense": pl.Float64(),
     "infer_ms_median": pl.Float64(),
 }
-
-
-# ---------------------------------------------------------------------------- records -> table
-
-
-def find_records(bench_dir: Path) -> list[Path]:
-    """All ``runs/**/record.json`` under ``bench_dir``, sorted (so row order is stable).
-
-    Raises :class:`TableError` when there are none (or the folder does not exist), naming the
-    folder searched and saying to run the benchmark first.
-    """
-    bench_dir = Path(bench_dir)
-    paths = sorted((bench_dir / "runs").glob("**/record.json"))
-    if not paths:
-        state = "" if bench_dir.is_dir() else " (the folder does not exist)"
-        raise TableError(
-            f"no records found: searched {bench_dir / 'runs'}/**/record.json{state}. "
-            "Run the benchmark first (`snakemake --cores N`, or `sparsebench run ...`)."
-        )
-    return paths
-
-
-def _convert(value: Any, py_type: type, column: str, path: Path) -> Any:
-    """``value`` as ``py_type`` (None stays None); TableError if it cannot be, without guessing."""
-    if value is None:
-        return None
-    # bool is an int subclass in Python: only a bool column takes a bool.
-    if py_type is bool:
-        ok = isinstance(value, bool)
-    elif py_type is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif py_type is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        if isinstance(value, float) and value.is_integer():  # e.g. 3.0 written by a float sum
-            value, ok = int(value), True
-    else:
-        ok = isinstance(value, py_type)
-    if not ok:
-        raise TableError(
-            f"{path}: column {column!r} = {value!r} ({type(value).__name__}) is not "
-            f"{py_type.__name__}"
-        )
-    return value
-
-
-def _extra_series(name: str, values: list[Any]) -> pl.Series:
-    """A column for a key outside COMMON_COLUMNS: inferred dtype, JSON text if types are mixed
-    (so an odd pillar column never drops values or fails the whole table)."""
-    try:
-        return pl.Series(name, values, strict=True)
-    except (TypeError, ValueError, pl.exceptions.PolarsError):
-        text = [None if v is None else json.dumps(v, sort_keys=True, default=str) for v in values]
-        return pl.Series(name, text, dtype=pl.String())
-
-
-def collect_records(paths: Iterable[Path]) -> pl.DataFrame:
-    """Read JSON records into one frame, one row per path in the given order.
-
-    The common columns come first in :data:`COMMON_COLUMNS` order with explicit dtypes (so a
-    column that is null in every record still has its proper type); a missing common key is
-    null. Extra keys follow, sorted by name, with inferred dtypes.
-
-    Raises :class:`TableError` if there are no paths, a file is unreadable or not a JSON object,
-    or a common column holds a value of the wrong type (naming the file and column).
-    """
-    paths = [Path(p) for p in paths]
-    if not paths:
-        raise TableError("no records to collect; run the benchmark first (`snakemake --cores N`)")
-    records: list[dict[str, Any]] = []
-    for path in paths:
-        try:
-            with open(path) as f:
-                rec = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise TableError(f"cannot read record {path}: {e}") from None
-        if not isinstance(rec, dict):
-            raise TableError(f"record {path} is not a JSON object but {type(rec).__name__}")
-        records.append(rec)
-
-    columns: dict[str, pl.Series] = {}
-    for col, py_type in COMMON_COLUMNS.items():
-        values = [_convert(r.get(col), py_type, col, p) for r, p in zip(records, paths)]
-        columns[col] = pl.Series(col, values, dtype=COMMON_DTYPES[col], strict=True)
-    extras = sorted({k for r in records for k in r} - COMMON_COLUMNS.keys())
-    for col in extras:
-        columns[col] = _extra_series(col, [r.get(col) for r in records])
-    return pl.DataFrame(list(columns.values()))
-
-
-def aggregate(records: Iterable[Path], out_parquet: Path) -> pl.DataFrame:
-    """Collect ``records``, validate them as the runs table and write ``out_parquet``.
-
-    Returns the validated runs frame. Raises :class:`TableError` if there are no records, one is
-    unreadable or mistyped, or the table fails :class:`~suite.schemas.RunsSchema` (the message
-    names the row, its record file, the column and the check); nothing is written then.
-    """
-    paths = [Path(p) for p in records]
-    runs = collect_records(paths)
-    validate_runs(runs, sources=[str(p) for p in paths])
-    atomic_write(Path(out_parquet), runs.write_parquet)
-    return runs
 
 
 # ---------------------------------------------------------------------------- leaderboard
@@ -404,21 +298,10 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     """
     if runs.height == 0:
         raise TableError("runs table is empty: nothing to rank; run the benchmark first")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     board = build_leaderboard(runs)
-    paths = {
-        "md": out_dir / "leaderboard.md",
-        "csv": out_dir / "leaderboard.csv",
-        "json": out_dir / "leaderboard.json",
-        "png": out_dir / "pareto.png",
-    }
     md = leaderboard_markdown(runs, board)
-    atomic_write(paths["md"], lambda p: Path(p).write_text(md, encoding="utf-8"))
-    atomic_write(paths["csv"], board.write_csv)
-    atomic_write(paths["json"], board.write_json)
-    atomic_write(paths["png"], lambda p: pareto_plot(board, Path(p)))
-    return paths
+    plots = {"pareto.png": lambda path: pareto_plot(board, path)}
+    return write_board_files(Path(out_dir), md, board, plots=plots)
 
 
 def read_leaderboard(out_dir: Path) -> pl.DataFrame:

@@ -11,20 +11,31 @@ from typing import Any
 import polars as pl
 import pytest
 
-from sparsebench.suite.leaderboard import (
+from sparsebench.suite import paths as layout
+from sparsebench.suite import tables
+from sparsebench.suite.pillar import get_pillar
+from sparsebench.suite.pillars.classification.board import (
     LEADERBOARD_SCHEMA,
-    aggregate,
     build_leaderboard,
-    collect_records,
-    find_records,
     print_top,
     read_leaderboard,
     write_leaderboard,
 )
+from sparsebench.suite.pillars.classification.table import COLUMNS
 from sparsebench.suite.record import COMMON_COLUMNS, write_json_atomic
-from sparsebench.suite.schemas import COMMON_DTYPES, TableError
+from sparsebench.suite.schemas import COMMON_DTYPES, TableError, polars_dtype
 
 TASK = "digits_mlp"
+PILLAR = get_pillar("classification")
+DTYPES = {**COMMON_DTYPES, **{c: polars_dtype(t) for c, t in COLUMNS.items()}}
+
+
+def collect_records(paths: list[Path]) -> pl.DataFrame:
+    return tables.collect(PILLAR, paths)
+
+
+def aggregate(paths: list[Path], out: Path) -> pl.DataFrame:
+    return tables.aggregate("classification", paths, out)
 
 
 @pytest.fixture
@@ -46,12 +57,10 @@ def sweep(make_record) -> list[dict[str, Any]]:
 
 
 def write_records(root: Path, records: list[dict[str, Any]]) -> list[Path]:
+    """Each record at its cell's place under the pillar folder ``root``."""
     paths = []
     for rec in records:
-        path = (
-            root / "runs" / rec["task"] / rec["method"] / rec["setting_id"]
-            / f"s{rec['target_sparsity']}" / f"seed{rec['seed']}" / "record.json"
-        )  # fmt: skip
+        path = layout.record_in(root, rec["cell_id"])
         write_json_atomic(path, rec)
         paths.append(path)
     return paths
@@ -59,7 +68,7 @@ def write_records(root: Path, records: list[dict[str, Any]]) -> list[Path]:
 
 @pytest.fixture
 def runs(sweep) -> pl.DataFrame:
-    return pl.from_dicts(sweep, schema_overrides=COMMON_DTYPES, infer_schema_length=None)
+    return pl.from_dicts(sweep, schema_overrides=DTYPES, infer_schema_length=None)
 
 
 def cell(board: pl.DataFrame, method: str, task: str = TASK) -> dict[str, Any]:
@@ -112,7 +121,7 @@ def test_ties_share_min_rank(make_record) -> None:
         make_record(method="set", test_acc=0.9),
         make_record(method="snip", test_acc=0.8),
     ]
-    board = build_leaderboard(pl.from_dicts(recs, schema_overrides=COMMON_DTYPES))
+    board = build_leaderboard(pl.from_dicts(recs, schema_overrides=DTYPES))
     ranks = dict(board.select("method", "rank").rows())
     assert ranks == {"rigl": 1, "set": 1, "snip": 3}
 
@@ -148,7 +157,7 @@ def test_settings_are_separate_rows(make_record) -> None:
         make_record(method="rigl", setting_id="default", test_acc=0.9),
         make_record(method="rigl", setting_id="a1b2", test_acc=0.95),
     ]
-    board = build_leaderboard(pl.from_dicts(recs, schema_overrides=COMMON_DTYPES))
+    board = build_leaderboard(pl.from_dicts(recs, schema_overrides=DTYPES))
     assert dict(board.select("setting_id", "rank").rows()) == {"a1b2": 1, "default": 2}
 
 
@@ -157,13 +166,15 @@ def test_settings_are_separate_rows(make_record) -> None:
 
 def test_find_and_collect_records(tmp_path, sweep) -> None:
     written = write_records(tmp_path, sweep)
-    found = find_records(tmp_path)
+    found = layout.find_records(tmp_path)
     assert found == sorted(written)
+    assert [layout.cell_id_of(p, tmp_path) for p in written] == [r["cell_id"] for r in sweep]
     df = collect_records(found)
     assert df.height == len(sweep)
-    assert df.columns[: len(COMMON_COLUMNS)] == list(COMMON_COLUMNS)
-    assert "host" in df.columns  # extra keys kept, after the common ones
-    for col, dtype in COMMON_DTYPES.items():
+    declared = [*COMMON_COLUMNS, *COLUMNS]
+    assert df.columns[: len(declared)] == declared
+    assert "host" in df.columns[len(declared) :]  # extra keys kept, after the declared ones
+    for col, dtype in DTYPES.items():
         assert df.schema[col] == dtype, col
 
 
@@ -220,18 +231,21 @@ def test_aggregate_refuses_invalid_and_names_file(tmp_path, sweep) -> None:
 
 
 def test_no_records_in_folder(tmp_path) -> None:
+    (tmp_path / "classification" / "runs").mkdir(parents=True)
+    assert layout.find_records(tmp_path / "classification") == []
     with pytest.raises(TableError, match="snakemake") as info:
-        find_records(tmp_path)
-    assert str(tmp_path / "runs") in str(info.value)
+        tables.rebuild(tmp_path)
+    assert str(tmp_path) in str(info.value)
+    assert "<pillar>/runs/**/record.json" in str(info.value)
 
 
 def test_missing_folder(tmp_path) -> None:
     with pytest.raises(TableError, match="does not exist"):
-        find_records(tmp_path / "nope")
+        tables.rebuild(tmp_path / "nope")
 
 
 def test_empty_record_list(tmp_path) -> None:
-    with pytest.raises(TableError, match="no records"):
+    with pytest.raises(TableError, match="no classification records"):
         aggregate([], tmp_path / "runs.parquet")
 
 

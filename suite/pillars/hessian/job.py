@@ -1,9 +1,10 @@
-"""One job of the hessian pillar: (system, size, potential, method) -> Hessian -> record.
+"""One cell of the hessian pillar: (system, size, potential, method) -> Hessian -> metrics.
 
 The job is a Lightning module whose test loop computes one Hessian (one batch: the system), so
 it runs through the same ``Trainer`` as every other pillar (accelerator picked by Lightning).
-Methods: ``dense`` (vmapped HVPs against the identity), ``colored`` (star coloring + compressed
-HVPs, exact), ``truncated`` (colored with a pattern of K − 1 hops: an explicit approximation).
+Methods are registered in the ``hessian`` family (:mod:`sparsebench.methods.hessian.methods`):
+``dense`` (vmapped HVPs against the identity), ``colored`` (star coloring + compressed HVPs,
+exact), ``truncated`` (colored with a pattern of K − 1 hops: an explicit approximation).
 """
 
 from __future__ import annotations
@@ -20,47 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-HESSIAN_METHODS = ("dense", "colored", "truncated")
 EXACT_RTOL = 1e-8  # a colored Hessian further than this from its reference is a failed job
-
-# Record columns of the hessian pillar (besides provenance); units in the names.
-HESSIAN_COLUMNS: dict[str, type] = {
-    "benchmark": str,
-    "pillar": str,
-    "system": str,
-    "size": int,  # alkane carbons / water molecules
-    "n_atoms": int,
-    "potential": str,
-    "params_json": str,
-    "K": int,  # the potential's Hessian reach in hops of the cutoff graph
-    "pattern_hops": int,  # hops of the pattern used (K - 1 for truncated)
-    "method": str,
-    "order": str,
-    "chunk": int,  # HVPs per vmapped call used (auto: about 12,000 / n_atoms)
-    "seed": int,
-    "status": str,
-    "error": str,
-    "n_colors": int,  # coordinate colors (3 x atom colors); 3N for dense
-    "max_row_atoms": int,  # atoms in the densest block row of the pattern; N for dense
-    "n_hvps": int,
-    "nnz": int,  # structural nonzeros of the pattern (dense: 9N^2)
-    "fill": float,  # nnz / (3N)^2
-    "t_pattern_s": float,
-    "t_coloring_s": float,
-    "t_hvp_s": float,  # median over repeats
-    "t_decompress_s": float,
-    "wall_s": float,  # pattern + coloring + HVPs + decompression (dense: the HVPs)
-    "dense_wall_s": float,  # dense Hessian in the same process, when n_atoms <= dense_max_atoms
-    "speedup_vs_dense": float,
-    "max_abs_err": float,  # vs dense where computed, else null
-    "rel_err": float,  # Frobenius vs dense, else max relative error on random-probe HVPs
-    "err_reference": str,  # "dense" | "probes" | "self"
-    "peak_mem_mb": float,  # peak resident memory of the job process (MiB) after this method,
-    # before any dense reference
-    "device": str,
-    "threads": int,
-    "parallel_jobs": int,
-}
 
 
 @dataclass
@@ -116,9 +77,9 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
     from sparsebench.methods.hessian.pattern import HessianPattern
     from sparsebench.methods.hessian.potentials import build_potential
     from sparsebench.methods.hessian.systems import build_system
+    from sparsebench.suite.registry import get_method
 
-    if job.method not in HESSIAN_METHODS:
-        raise ValueError(f"unknown hessian method {job.method!r}; allowed: {HESSIAN_METHODS}")
+    method = get_method(job.method, ("hessian",)).cls()
     atoms = build_system(job.system, job.size, seed=job.seed)
     params = dict(job.potential_params)
     if job.potential == "schnet":
@@ -135,7 +96,8 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         out["dense_wall_s"] = t_dense
         return dense.cpu().numpy()
 
-    if job.method == "dense":
+    hops = method.pattern_hops(pot.hops)
+    if hops is None:  # the dense method
         dense_reference()
         t = out["dense_wall_s"]
         out.update(
@@ -157,7 +119,6 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         )
         return out
 
-    hops = pot.hops if job.method == "colored" else pot.hops - 1
     if hops < 1:
         raise ValueError(
             f"truncated needs a potential reaching more than 1 hop; {job.potential} has K = "
@@ -195,7 +156,7 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         # No dense reference: the max relative error of h v against true HVPs on 4 probes.
         err = probe_check(pot.energy, x, h, n_probes=4, seed=job.seed, rtol=math.inf)
         out.update(rel_err=err, err_reference="probes")
-    if job.method == "colored" and out["rel_err"] > EXACT_RTOL:
+    if method.exact and out["rel_err"] > EXACT_RTOL:
         raise PatternError(
             f"colored Hessian is not exact: rel_err {out['rel_err']:.2e} > {EXACT_RTOL:.0e} "
             f"(vs {out['err_reference']}); the sparsity pattern misses nonzeros"
@@ -211,9 +172,9 @@ def _peak_mb() -> float:
 def run_hessian_job(job: HessianJob, threads: int = 1) -> dict[str, Any]:
     """Run ``job`` through a Lightning ``Trainer.test`` and return its metrics plus device,
     threads and peak memory."""
-    from sparsebench.suite.run import _quiet_lightning
+    from sparsebench.suite.job import quiet_lightning
 
-    _quiet_lightning()
+    quiet_lightning()
     torch.set_num_threads(threads)
     module = HessianModule(job)
     trainer = pl.Trainer(
@@ -228,54 +189,3 @@ def run_hessian_job(job: HessianJob, threads: int = 1) -> dict[str, Any]:
     out = dict(module.result)
     out["device"] = str(module.device)
     return out
-
-
-def run_and_record_hessian(spec, cell, out, threads: int = 1, parallel_jobs: int = 1) -> dict:
-    """Run one hessian cell of ``spec`` and write its record atomically to ``out``; a failure
-    writes a record with status ``failed`` and the error (metrics null)."""
-    import json
-    import sys
-    import traceback
-
-    from sparsebench.suite import record as rec
-
-    h = spec.data["hessian"]
-    params = json.loads(cell.potential_params_json)
-    job = HessianJob(
-        cell.system,
-        cell.size,
-        cell.potential,
-        cell.method,
-        params,
-        h["order"],
-        None if h["chunk"] == "auto" else h["chunk"],
-        h["repeats"],
-        h["dense_max_atoms"],
-        h["seed"],
-    )
-    record: dict[str, Any] = dict.fromkeys(HESSIAN_COLUMNS)
-    record.update(
-        benchmark=spec.benchmark,
-        pillar="hessian",
-        system=cell.system,
-        size=cell.size,
-        potential=cell.potential,
-        params_json=cell.potential_params_json,
-        method=cell.method,
-        order=job.order,
-        seed=job.seed,
-        threads=threads,
-        parallel_jobs=parallel_jobs,
-        spec_hash=spec.hash,
-        started_at=rec.now_iso(),
-    )
-    record.update(rec.provenance())
-    try:
-        record.update(run_hessian_job(job, threads))
-        record.update(status="ok", error=None)
-    except Exception as e:  # noqa: BLE001 - any failure becomes a failed record
-        traceback.print_exc(file=sys.stderr)
-        record.update(status="failed", error=f"{type(e).__name__}: {e}")
-    record["finished_at"] = rec.now_iso()
-    rec.write_json_atomic(out, record)
-    return record

@@ -1,4 +1,4 @@
-"""Lightning pieces of the classification pillars (dst, pruning): the module, the run context
+"""Lightning pieces of the classification pillar (dst, pruning): the module, the run context
 handed to methods, the method base class and the FLOPs callback."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from sparsebench.suite.flops import TrainFlopsCounter
 from sparsebench.suite.masks import MaskStore
+from sparsebench.suite.record import Diverged
 
 
-class DivergedError(RuntimeError):
+class DivergedError(Diverged):
     """Training produced a non-finite loss."""
 
 

@@ -8,72 +8,14 @@ on log-log over sizes with n_atoms >= 300, where fixed overheads no longer domin
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
-import pandera.polars as pa
 import polars as pl
 
-from sparsebench.suite.hessian_run import HESSIAN_COLUMNS
-from sparsebench.suite.record import write_json_atomic
-from sparsebench.suite.schemas import TableError, rows_frame, validate_and_write
+from sparsebench.suite.boards import fmt, write_board_files
 
 SCALING_MIN_ATOMS = 300  # above the sizes where fixed per-job overheads dominate
-
-
-class HessianRunsSchema(pa.DataFrameModel):
-    """Runs table of the hessian pillar (extra provenance columns allowed)."""
-
-    benchmark: str
-    pillar: str = pa.Field(isin=["hessian"])
-    system: str
-    size: int = pa.Field(ge=1)
-    n_atoms: int = pa.Field(ge=1, nullable=True)
-    potential: str
-    method: str = pa.Field(isin=["dense", "colored", "truncated"])
-    status: str = pa.Field(isin=["ok", "failed"])
-    error: str = pa.Field(nullable=True)
-    n_colors: int = pa.Field(ge=1, nullable=True)
-    max_row_atoms: int = pa.Field(ge=1, nullable=True)
-    n_hvps: int = pa.Field(ge=1, nullable=True)
-    nnz: int = pa.Field(ge=0, nullable=True)
-    fill: float = pa.Field(ge=0.0, le=1.0, nullable=True)
-    wall_s: float = pa.Field(ge=0.0, nullable=True)
-    dense_wall_s: float = pa.Field(ge=0.0, nullable=True)
-    rel_err: float = pa.Field(ge=0.0, nullable=True)
-    peak_mem_mb: float = pa.Field(ge=0.0, nullable=True)
-
-    class Config:
-        strict = False
-
-    @pa.dataframe_check
-    def ok_rows_have_metrics(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        ok = pl.col("status") == "ok"
-        return data.lazyframe.select((~ok | pl.col("wall_s").is_not_null()).fill_null(True))
-
-
-def collect(paths: Iterable[Path]) -> pl.DataFrame:
-    """Read hessian records into a typed frame (columns of ``HESSIAN_COLUMNS`` first).
-    Raises TableError naming a record that is not valid JSON."""
-    rows = []
-    for p in paths:
-        try:
-            rows.append(json.loads(Path(p).read_text()))
-        except (OSError, ValueError) as e:
-            raise TableError(f"cannot read record {p}: {e}") from None
-    if not rows:
-        raise TableError("no hessian records to collect; run the benchmark first")
-    return rows_frame(rows, HESSIAN_COLUMNS)
-
-
-def aggregate(paths: Iterable[Path], out_parquet: Path) -> pl.DataFrame:
-    """Collect, validate (pandera) and write the runs table. Raises TableError on a bad row,
-    naming it."""
-    df = collect(paths)
-    validate_and_write(df, HessianRunsSchema, out_parquet, "hessian")
-    return df
 
 
 def scaling_exponents(runs: pl.DataFrame, method: str = "colored") -> pl.DataFrame:
@@ -184,29 +126,12 @@ def summary(runs: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    return str(v)
-
-
-def write_leaderboard(runs: pl.DataFrame, out_dir: Path, prefix: str = "") -> dict[str, Path]:
-    """Write ``{prefix}leaderboard.md``, ``.csv``, ``.json`` and ``{prefix}scaling.png``.
+def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
+    """Write ``leaderboard.md``, ``.csv``, ``.json`` and ``scaling.png`` (atomically).
     Returns the paths by kind."""
     out_dir = Path(out_dir)
     board = leaderboard(runs)
     expo = scaling_exponents(runs)
-    paths = {
-        k: out_dir / f"{prefix}{name}"
-        for k, name in [
-            ("md", "leaderboard.md"),
-            ("csv", "leaderboard.csv"),
-            ("json", "leaderboard.json"),
-            ("png", "scaling.png"),
-        ]
-    }
     lines = [
         f"# Hessian leaderboard: {runs['benchmark'][0]}",
         "",
@@ -221,7 +146,7 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path, prefix: str = "") -> di
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "---|" * len(header))
     for row in board.iter_rows():
-        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
+        lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
     lines += [
         "",
         "## Scaling of the colored Hessian",
@@ -234,8 +159,8 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path, prefix: str = "") -> di
     ]
     for r in expo.iter_rows(named=True):
         lines.append(
-            f"| {r['system']} | {r['potential']} | {_fmt(r['exponent'])} | "
-            f"{_fmt(r['exponent_per_hvp'])} | {r['sizes']} |"
+            f"| {r['system']} | {r['potential']} | {fmt(r['exponent'])} | "
+            f"{fmt(r['exponent_per_hvp'])} | {r['sizes']} |"
         )
     if not expo.height:
         lines.append(f"| (no sizes with ≥ {SCALING_MIN_ATOMS} atoms) | | | | |")
@@ -249,12 +174,9 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path, prefix: str = "") -> di
     threads = sorted(set(runs["threads"].drop_nulls().to_list()))
     jobs = sorted(set(runs["parallel_jobs"].drop_nulls().to_list()))
     lines += ["", f"Timings with {threads} thread(s) per job and {jobs} concurrent job(s)."]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths["md"].write_text("\n".join(lines) + "\n")
-    board.write_csv(paths["csv"])
-    write_json_atomic(paths["json"], {"rows": board.to_dicts(), "scaling": expo.to_dicts()})
-    scaling_plot(runs, paths["png"])
-    return paths
+    json_data = {"rows": board.to_dicts(), "scaling": expo.to_dicts()}
+    plots = {"scaling.png": lambda path: scaling_plot(runs, path)}
+    return write_board_files(out_dir, "\n".join(lines) + "\n", board, json_data, plots)
 
 
 def scaling_plot(runs: pl.DataFrame, path: Path) -> None:
@@ -285,5 +207,5 @@ def scaling_plot(runs: pl.DataFrame, path: Path) -> None:
         ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")  # path may be a .tmp name
     plt.close(fig)

@@ -3,9 +3,14 @@ import json
 import polars as pl
 import pytest
 
-from sparsebench.suite.hessian_board import aggregate, scaling_exponents, write_leaderboard
-from sparsebench.suite.hessian_run import HessianJob, compute, run_and_record_hessian
+from sparsebench.suite import paths, tables
+from sparsebench.suite.job import run_one
+from sparsebench.suite.pillar import get_pillar
+from sparsebench.suite.pillars.hessian.board import scaling_exponents, write_leaderboard
+from sparsebench.suite.pillars.hessian.job import HessianJob, compute
 from sparsebench.suite.spec import SpecError, validate
+
+PILLAR = get_pillar("hessian")
 
 
 def _spec(**hessian):
@@ -20,7 +25,7 @@ def _spec(**hessian):
 
 
 def test_cells_skip_truncated_for_one_hop_and_dense_above_the_limit():
-    cells = {(c.potential, c.method, c.size) for c in _spec().hessian_cells()}
+    cells = {(c.columns["potential"], c.method, c.columns["size"]) for c in _spec().cells()}
     assert ("pair", "truncated", 4) not in cells  # K = 1: nothing to truncate
     assert ("schnet", "truncated", 4) in cells
     assert ("pair", "dense", 4) in cells and ("pair", "dense", 30) not in cells  # 92 atoms > 50
@@ -63,14 +68,18 @@ def test_colored_is_exact_and_truncated_is_not():
 
 def test_records_table_and_leaderboard(tmp_path):
     spec = _spec(systems={"alkane": {"sizes": [3]}, "water": {"sizes": [3]}})
-    paths = []
-    for cell in spec.hessian_cells():
-        out = tmp_path / cell.record_path
-        rec = run_and_record_hessian(spec, cell, out)
+    assert spec.pillars == ("hessian",)
+    cells = spec.cells("hessian")
+    assert "alkane/pair/colored/n3" in {c.id for c in cells}
+    records = []
+    for cell in cells:
+        out = paths.record_in(tmp_path, cell.id)
+        rec = run_one(spec, PILLAR, cell, state=None, out=out, parallel_jobs=1)
         assert rec["status"] == "ok", rec["error"]
-        paths.append(out)
-    runs = aggregate(paths, tmp_path / "runs.parquet")
-    assert runs.height == len(spec.hessian_cells())
+        assert rec["pillar"] == "hessian" and rec["cell_id"] == cell.id
+        records.append(out)
+    runs = tables.aggregate("hessian", records, tmp_path / "runs.parquet")
+    assert runs.height == len(cells)
     files = write_leaderboard(runs, tmp_path)
     assert all(p.is_file() for p in files.values())
     assert "| alkane |" in files["md"].read_text()

@@ -20,7 +20,6 @@ alike. Per (backend, op): median, 10th and 90th percentile of the round times (m
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -35,47 +34,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from sparsebench.suite.spec import KernelCell
+from .table import OPS
 
-OPS = ("forward", "backward", "fwd_bwd")
 BASELINES = ("dense", "dense_mask")  # always measured: the references of every ratio
 DTYPES = {
     "float32": torch.float32,
     "float64": torch.float64,
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
-}
-
-# Record columns of the kernels pillar, one row per (backend, op) of a cell; units in the names.
-KERNEL_COLUMNS: dict[str, type] = {
-    "benchmark": str,
-    "pillar": str,
-    "backend": str,  # dense (nn.Linear) | dense_mask | torch_csr | cpu | triton | semi_structured
-    "op": str,  # forward | backward | fwd_bwd
-    "batch": int,
-    "in_features": int,
-    "out_features": int,
-    "sparsity": float,  # target fraction of zeros in W
-    "nnz": int,  # nonzeros of W actually kept
-    "dtype": str,
-    "threads": int,
-    "device": str,
-    "status": str,  # ok | skipped (backend unavailable here, see error) | failed
-    "error": str,
-    "ms_median": float,
-    "ms_p10": float,
-    "ms_p90": float,
-    "repeats": int,
-    "dense_ms": float,  # median of dense nn.Linear, same op, same rounds
-    "dense_mask_ms": float,
-    "torch_csr_ms": float,  # null when torch_csr was not measured
-    "speedup_vs_dense": float,  # dense_ms / ms_median
-    "speedup_vs_dense_mask": float,
-    "speedup_vs_torch_csr": float,
-    "useful_flops": float,  # 2·nnz·B per product: 1 product forward, 2 backward, 3 fwd_bwd
-    "gflops_effective": float,  # useful_flops / ms_median / 1e6 (GFLOP/s)
-    "max_abs_err": float,  # vs dense_mask: forward y; backward grad_x and grad_W on pattern
-    "parallel_jobs": int,
 }
 
 
@@ -346,9 +312,9 @@ class KernelBenchModule(pl.LightningModule):
 
 def run_kernel_job(job: KernelJob, threads: int) -> list[dict]:
     """Run ``job`` through ``Trainer.test`` with ``threads`` torch threads; its rows."""
-    from sparsebench.suite.run import _quiet_lightning
+    from sparsebench.suite.job import quiet_lightning
 
-    _quiet_lightning()
+    quiet_lightning()
     torch.set_num_threads(threads)
     module = KernelBenchModule(job)
     trainer = pl.Trainer(
@@ -362,57 +328,3 @@ def run_kernel_job(job: KernelJob, threads: int) -> list[dict]:
     )
     trainer.test(module, DataLoader([0]), verbose=False)
     return module.rows
-
-
-def run_and_record_kernels(spec, cell: KernelCell, out, threads: int, parallel_jobs: int = 1):
-    """Run one kernels cell of ``spec`` and write its record ``{"rows": [...]}`` atomically to
-    ``out``. A failure of the whole cell writes one failed row with the error."""
-    from sparsebench.suite import record as rec
-
-    k = spec.data["kernels"]
-    job = KernelJob(
-        cell.out_features,
-        cell.in_features,
-        cell.sparsity,
-        cell.batch,
-        tuple(k["backends"]),
-        tuple(k["ops"]),
-        k["dtype"],
-        k["repeats"],
-        k["warmup"],
-        k["seed"],
-        k["device"],
-    )
-    base: dict[str, Any] = dict.fromkeys(KERNEL_COLUMNS)
-    base.update(
-        benchmark=spec.benchmark,
-        pillar="kernels",
-        batch=cell.batch,
-        in_features=cell.in_features,
-        out_features=cell.out_features,
-        sparsity=cell.sparsity,
-        dtype=job.dtype,
-        threads=threads,
-        device=job.device,
-        parallel_jobs=parallel_jobs,
-        spec_hash=spec.hash,
-        started_at=rec.now_iso(),
-    )
-    base.update(rec.provenance())
-    try:
-        rows = [dict(base, **r) for r in run_kernel_job(job, threads)]
-    except Exception as e:  # noqa: BLE001 - any failure becomes a failed record
-        traceback.print_exc(file=sys.stderr)
-        rows = [dict(base, backend="all", op="all", status="failed", error=f"{e!r}")]
-    finished = rec.now_iso()
-    for r in rows:
-        r["finished_at"] = finished
-    rec.write_json_atomic(out, {"rows": rows})
-    return rows
-
-
-def cell_params_json(spec) -> str:
-    """What defines every cell's result besides its coordinates (the Snakemake params)."""
-    k = spec.data["kernels"]
-    axes = ("shapes", "sparsities", "batches")  # a cell's own coordinates
-    return json.dumps({key: v for key, v in k.items() if key not in axes}, sort_keys=True)

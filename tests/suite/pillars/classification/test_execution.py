@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from sparsebench.kernels import BackendUnavailableError
-from sparsebench.suite.execution import KernelLinear, use_backend
 from sparsebench.suite.masks import MaskStore
+from sparsebench.suite.pillars.classification.execution import KernelLinear, use_backend
 from tests.methods.conftest import tiny_fit  # noqa: F401 - the fixture
 
 CPU_BACKENDS = ["cpu", "torch_csr"]

@@ -6,77 +6,14 @@ A record holds the rows of one (shape, sparsity, batch) cell: one per (backend, 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandera.polars as pa
 import polars as pl
 
-from sparsebench.suite.kernels_run import KERNEL_COLUMNS, OPS
-from sparsebench.suite.record import atomic_write, write_json_atomic
-from sparsebench.suite.schemas import TableError, rows_frame, validate_and_write
+from sparsebench.suite.boards import md_table, write_board_files
 
-STATUSES = ("ok", "skipped", "failed")
-
-
-class KernelRunsSchema(pa.DataFrameModel):
-    """Runs table of the kernels pillar (extra provenance columns allowed)."""
-
-    benchmark: str
-    pillar: str = pa.Field(isin=["kernels"])
-    backend: str
-    op: str = pa.Field(isin=[*OPS, "all"])
-    batch: int = pa.Field(ge=1)
-    in_features: int = pa.Field(ge=1)
-    out_features: int = pa.Field(ge=1)
-    sparsity: float = pa.Field(ge=0.0, lt=1.0)
-    nnz: int = pa.Field(ge=0, nullable=True)
-    status: str = pa.Field(isin=list(STATUSES))
-    error: str = pa.Field(nullable=True)
-    ms_median: float = pa.Field(gt=0.0, nullable=True)
-    ms_p10: float = pa.Field(gt=0.0, nullable=True)
-    ms_p90: float = pa.Field(gt=0.0, nullable=True)
-    speedup_vs_dense: float = pa.Field(gt=0.0, nullable=True)
-    speedup_vs_dense_mask: float = pa.Field(gt=0.0, nullable=True)
-    max_abs_err: float = pa.Field(ge=0.0, nullable=True)
-
-    class Config:
-        strict = False
-
-    @pa.dataframe_check
-    def ok_rows_have_times(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        ok = pl.col("status") == "ok"
-        return data.lazyframe.select((~ok | pl.col("ms_median").is_not_null()).fill_null(True))
-
-    @pa.dataframe_check
-    def percentiles_ordered(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        good = (pl.col("ms_p10") <= pl.col("ms_median")) & (pl.col("ms_median") <= pl.col("ms_p90"))
-        return data.lazyframe.select(good.fill_null(True))
-
-
-def collect(paths: Iterable[Path]) -> pl.DataFrame:
-    """Read kernel records (``{"rows": [...]}``) into one typed frame.
-    Raises TableError naming a record that is not valid JSON or has no rows."""
-    rows = []
-    for p in paths:
-        try:
-            rows += json.loads(Path(p).read_text())["rows"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise TableError(f"cannot read kernel record {p}: {e!r}") from None
-    if not rows:
-        raise TableError("no kernel records to collect; run the benchmark first")
-    return rows_frame(rows, KERNEL_COLUMNS)
-
-
-def aggregate(paths: Iterable[Path], out_parquet: Path) -> pl.DataFrame:
-    """Collect, validate (pandera) and write the runs table atomically. Raises TableError on a
-    bad row, naming it."""
-    df = collect(paths)
-    validate_and_write(df, KernelRunsSchema, out_parquet, "kernels")
-    return df
-
+from .table import OPS
 
 BOARD_COLUMNS = [
     "out_features",
@@ -203,20 +140,6 @@ def summary(runs: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    return str(v)
-
-
-def _md_table(df: pl.DataFrame) -> list[str]:
-    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.iter_rows()]
-    return lines
-
-
 def speedup_pivot(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFrame:
     """Rows (shape, batch, op, sparsity), one column per backend holding ``ratio``."""
     ok = runs.filter(pl.col("status") == "ok").with_columns(
@@ -229,20 +152,11 @@ def speedup_pivot(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.Dat
     )
 
 
-def write_leaderboard(runs: pl.DataFrame, out_dir: Path, prefix: str = "") -> dict[str, Path]:
-    """Write ``{prefix}leaderboard.md`` (goals, break-even, speed-up tables, every row),
-    ``.csv``, ``.json`` and ``{prefix}speedup.png``. Returns the paths by kind."""
+def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
+    """Write ``leaderboard.md`` (goals, break-even, speed-up tables, every row), ``.csv``,
+    ``.json`` and ``speedup.png`` (atomically). Returns the paths by kind."""
     out_dir = Path(out_dir)
     board = leaderboard(runs)
-    paths = {
-        k: out_dir / f"{prefix}{name}"
-        for k, name in [
-            ("md", "leaderboard.md"),
-            ("csv", "leaderboard.csv"),
-            ("json", "leaderboard.json"),
-            ("png", "speedup.png"),
-        ]
-    }
     threads = sorted(set(runs["threads"].drop_nulls().to_list()))
     devices = sorted(set(runs["device"].drop_nulls().to_list()))
     goal_table = goals(runs, devices[0] if devices else "cpu")
@@ -257,23 +171,23 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path, prefix: str = "") -> di
         "",
         "## Goals (4096 × 4096, batch 64)",
         "",
-        *_md_table(goal_table),
+        *md_table(goal_table),
         "",
         "## Break-even sparsity vs dense (lowest sparsity from which a backend stays ≥ 1×)",
         "",
-        *_md_table(break_even(runs)),
+        *md_table(break_even(runs)),
         "",
         "## Speed-up vs dense nn.Linear",
         "",
-        *_md_table(speedup_pivot(runs)),
+        *md_table(speedup_pivot(runs)),
         "",
         "## Speed-up vs dense_mask",
         "",
-        *_md_table(speedup_pivot(runs, "speedup_vs_dense_mask")),
+        *md_table(speedup_pivot(runs, "speedup_vs_dense_mask")),
         "",
         "## All rows",
         "",
-        *_md_table(board),
+        *md_table(board),
     ]
     other = runs.filter(pl.col("status") != "ok").unique(["backend", "status", "error"])
     if other.height:
@@ -281,13 +195,9 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path, prefix: str = "") -> di
         lines += [
             f"- {r['backend']} ({r['status']}): {r['error']}" for r in other.iter_rows(named=True)
         ]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md = "\n".join(lines) + "\n"
-    atomic_write(paths["md"], lambda p: Path(p).write_text(md, encoding="utf-8"))
-    atomic_write(paths["csv"], board.write_csv)
-    write_json_atomic(paths["json"], {"rows": board.to_dicts(), "goals": goal_table.to_dicts()})
-    speedup_plot(runs, paths["png"])
-    return paths
+    json_data = {"rows": board.to_dicts(), "goals": goal_table.to_dicts()}
+    plots = {"speedup.png": lambda path: speedup_plot(runs, path)}
+    return write_board_files(out_dir, "\n".join(lines) + "\n", board, json_data, plots)
 
 
 def speedup_plot(runs: pl.DataFrame, path: Path) -> None:
@@ -328,5 +238,5 @@ def speedup_plot(runs: pl.DataFrame, path: Path) -> None:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")  # path may be a .tmp name
     plt.close(fig)

@@ -1,48 +1,24 @@
-"""One job of the classification pillars (dst, pruning): spec cell -> Lightning fit/test ->
-record. Called by ``sparsebench run`` (and so by the Snakemake rule ``run_job``)."""
+"""One cell of the classification pillar (dst, pruning): Lightning fit/test -> metric
+columns. The spine (:mod:`sparsebench.suite.job`) writes the record."""
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import statistics
-import sys
 import time
-import traceback
-import warnings
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from sparsebench.suite import record as rec
 from sparsebench.suite import registry
+from sparsebench.suite.job import quiet_lightning
+from sparsebench.suite.pillar import Cell
 from sparsebench.suite.spec import Spec
 
-log = logging.getLogger("sparsebench")
+from . import FAMILIES
+
 CPU_EXECUTION = ("cpu",)  # execution backends that run on CPU tensors only
-
-
-@dataclass(frozen=True)
-class JobArgs:
-    """Coordinates of one job within a spec."""
-
-    task: str
-    method: str
-    params: dict[str, Any]
-    sparsity: float
-    seed: int
-    threads: int = 1
-    parallel_jobs: int = 1
-
-
-def _quiet_lightning() -> None:
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    warnings.filterwarnings("ignore", ".*GPU available but not used.*")
 
 
 @torch.no_grad()
@@ -68,33 +44,36 @@ def inference_ms(model: torch.nn.Module, x: torch.Tensor, repeats: int) -> float
     return statistics.median(times)
 
 
-def run_classification(spec: Spec, job: JobArgs) -> dict[str, Any]:
-    """Train and test one (task, method, params, sparsity, seed) cell; return its record.
+def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, Any]:
+    """Train and test one (task, method setting, sparsity, seed) cell; return its metric
+    columns. ``data`` is the task's loaded dataset (loaded here when None).
 
-    Raises whatever fails (bad data, diverged training, ...); :func:`run_and_record` turns an
-    exception into a failed record.
+    Raises whatever fails (bad data, diverged training: DivergedError, ...); the spine turns
+    an exception into a failed (or diverged) record.
     """
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader
 
     from sparsebench.suite.data import load_dataset
-    from sparsebench.suite.execution import use_backend
     from sparsebench.suite.flops import TrainFlopsCounter, layer_flops, sparse_forward_flops
-    from sparsebench.suite.lit import ClassificationModule, FlopsCallback, RunContext
     from sparsebench.suite.models import build_model
 
-    _quiet_lightning()
-    torch.set_num_threads(job.threads)
-    task = spec.task(job.task)
-    recipe = task["recipe"]
-    info = registry.get_method(job.method)
-    params = registry.build_params(job.method, job.params, where=f"methods.{job.method}")
+    from .execution import use_backend
+    from .lit import ClassificationModule, FlopsCallback, RunContext
 
-    pl.seed_everything(job.seed, workers=True, verbose=False)
-    data = load_dataset(task["dataset"], spec.data["data_root"], spec.data["allow_download"])
+    quiet_lightning()
+    task = spec.data["tasks"][cell.columns["task"]]
+    recipe = task["recipe"]
+    info = registry.get_method(cell.method, FAMILIES)
+    params = registry.build_params(info, json.loads(cell.params_json), f"methods.{cell.method}")
+    seed, sparsity = cell.seed, cell.columns["target_sparsity"]
+
+    pl.seed_everything(seed, workers=True, verbose=False)
+    if data is None:
+        data = load_dataset(task["dataset"], spec.data["data_root"], spec.data["allow_download"])
     model = build_model(task["model"], data.input_shape, data.num_classes)
 
-    loader_gen = torch.Generator().manual_seed(job.seed)
+    loader_gen = torch.Generator().manual_seed(seed)
     train_loader = DataLoader(
         data.train, batch_size=recipe["batch_size"], shuffle=True, generator=loader_gen
     )
@@ -111,14 +90,14 @@ def run_classification(spec: Spec, job: JobArgs) -> dict[str, Any]:
         steps_per_epoch=steps_per_epoch,
         epochs=recipe["epochs"],
         batch_size=recipe["batch_size"],
-        seed=job.seed,
-        generator=torch.Generator().manual_seed(10_000 + job.seed),
+        seed=seed,
+        generator=torch.Generator().manual_seed(10_000 + seed),
         flops=counter,
         train_data=data.train,
     )
     module = ClassificationModule(model, data.num_classes, recipe, total_steps)
     use_backend(module.model, module.masks, spec.data["execution"])
-    method = info.cls(params, job.sparsity if info.sparse else 0.0, ctx)
+    method = info.cls(params, sparsity, ctx)
     trainer = pl.Trainer(
         max_epochs=recipe["epochs"],
         # The cpu kernels take CPU tensors: such a job stays on the CPU even next to a GPU.
@@ -173,56 +152,3 @@ def run_classification(spec: Spec, job: JobArgs) -> dict[str, Any]:
         "device": str(module.device),
         "layer_densities_json": json.dumps(densities, sort_keys=True),
     }
-
-
-def base_record(spec: Spec, job: JobArgs) -> dict[str, Any]:
-    """The identifying and provenance columns of a job's record (no metrics)."""
-    from sparsebench.suite.spec import Setting
-
-    task = spec.task(job.task)
-    info = registry.get_method(job.method)
-    params = registry.build_params(job.method, job.params, where=f"methods.{job.method}")
-    setting = Setting(job.method, params, registry.setting_id(params))
-    out = {c: None for c in rec.COMMON_COLUMNS}
-    out.update(
-        benchmark=spec.benchmark,
-        pillar=info.pillar,
-        task=job.task,
-        dataset=task["dataset"],
-        model=task["model"],
-        method=job.method,
-        params_json=setting.params_json,
-        setting_id=setting.setting_id,
-        setting=registry.setting_label(params),
-        execution=spec.data["execution"],
-        target_sparsity=job.sparsity if info.sparse else 0.0,
-        seed=job.seed,
-        threads=job.threads,
-        parallel_jobs=job.parallel_jobs,
-        spec_hash=spec.hash,
-        epochs=task["recipe"]["epochs"],
-    )
-    out.update(rec.provenance())
-    return out
-
-
-def run_and_record(spec: Spec, job: JobArgs, out: str | Path) -> dict[str, Any]:
-    """Run one job and write its record atomically to ``out``, whatever happens.
-
-    A diverged run (non-finite loss) gets status ``diverged``, any other exception status
-    ``failed``; both keep the error message and leave the metrics null. Returns the record.
-    """
-    from sparsebench.suite.lit import DivergedError
-
-    record = base_record(spec, job)
-    record["started_at"] = rec.now_iso()
-    try:
-        record.update(run_classification(spec, job))
-    except DivergedError as e:
-        record.update(status="diverged", error=str(e))
-    except Exception as e:  # noqa: BLE001 - any failure becomes a failed record
-        traceback.print_exc(file=sys.stderr)
-        record.update(status="failed", error=f"{type(e).__name__}: {e}")
-    record["finished_at"] = rec.now_iso()
-    rec.write_json_atomic(out, record)
-    return record

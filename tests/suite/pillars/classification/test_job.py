@@ -2,8 +2,10 @@ import json
 
 import pytest
 
+from sparsebench.suite import paths
+from sparsebench.suite.job import run_batch, run_one
+from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.record import write_json_atomic
-from sparsebench.suite.run import JobArgs, run_and_record
 from sparsebench.suite.spec import validate
 
 METRICS = [
@@ -17,6 +19,7 @@ METRICS = [
     "params_nonzero",
     "steps",
 ]
+PILLAR = get_pillar("classification")
 
 
 def _spec(tmp_path, **recipe):
@@ -31,6 +34,7 @@ def _spec(tmp_path, **recipe):
             },
             "methods": {"rigl": {"update_interval": 5}},
             "sparsities": [0.9],
+            "seeds": [0, 3, 4],
         },
         source="test.yaml",
     )
@@ -39,36 +43,60 @@ def _spec(tmp_path, **recipe):
     return spec
 
 
+def _cell(spec, task, seed, method="rigl", sparsity=0.9):
+    cells = {c.id: c for c in PILLAR.cells(spec)}
+    setting = next(c.setting_id for c in cells.values() if c.method == method)
+    return cells[f"{task}/{method}/{setting}/s{sparsity:g}/seed{seed}"]
+
+
+def _run(spec, cell, out):
+    return run_one(spec, PILLAR, cell, state=None, out=out, parallel_jobs=1)
+
+
 def test_same_seed_gives_identical_metrics(tmp_path):
     spec = _spec(tmp_path)
-    job = JobArgs("d", "rigl", {"update_interval": 5}, 0.9, seed=3)
-    a = run_and_record(spec, job, tmp_path / "a.json")
-    b = run_and_record(spec, job, tmp_path / "b.json")
+    cell = _cell(spec, "d", seed=3)
+    assert json.loads(cell.params_json)["update_interval"] == 5
+    a = _run(spec, cell, tmp_path / "a.json")
+    b = _run(spec, cell, tmp_path / "b.json")
     assert a["status"] == "ok", a["error"]
     assert {k: a[k] for k in METRICS} == {k: b[k] for k in METRICS}
-    c = run_and_record(
-        spec, JobArgs("d", "rigl", {"update_interval": 5}, 0.9, seed=4), tmp_path / "c.json"
-    )
+    c = _run(spec, _cell(spec, "d", seed=4), tmp_path / "c.json")
     assert c["test_loss"] != a["test_loss"]
     assert a["actual_sparsity"] == pytest.approx(0.9, abs=0.005)
     assert a["train_flops_rel_dense"] < 0.2 and a["inference_flops_rel_dense"] < 0.2
     assert json.loads((tmp_path / "a.json").read_text())["test_acc"] == a["test_acc"]
+    # The record carries the cell's identity next to its metrics.
+    assert a["pillar"] == "classification" and a["family"] == "dst"
+    assert a["cell_id"] == cell.id and a["label"] == cell.label
+    assert a["trigger"] == cell.trigger_hash and a["cell_s"] > 0
 
 
 def test_missing_dataset_writes_a_failed_record(tmp_path):
-    rec = run_and_record(_spec(tmp_path), JobArgs("m", "rigl", {}, 0.9, 0), tmp_path / "f.json")
+    spec = _spec(tmp_path)
+    rec = _run(spec, _cell(spec, "m", seed=0), tmp_path / "f.json")
     assert rec["status"] == "failed"
     assert "DatasetNotFoundError" in rec["error"] and str(tmp_path / "data") in rec["error"]
     assert rec["test_acc"] is None
     assert json.loads((tmp_path / "f.json").read_text())["status"] == "failed"
 
 
+def test_missing_dataset_in_a_batch_fails_only_its_cells(tmp_path):
+    # The batch's shared set-up (prepare) loads each task's data once; a task that cannot be
+    # loaded fails its own cells, not the batch's others.
+    spec = _spec(tmp_path)
+    cells = [_cell(spec, "m", seed=0), _cell(spec, "d", seed=0)]
+    records = run_batch(spec, PILLAR, cells, root=tmp_path / "results", progress=lambda m: None)
+    assert [r["status"] for r in records] == ["failed", "ok"]
+    assert "DatasetNotFoundError" in records[0]["error"]
+    for cell, rec in zip(cells, records):
+        on_disk = paths.record("t", "classification", cell.id, tmp_path / "results")
+        assert json.loads(on_disk.read_text())["status"] == rec["status"]
+
+
 def test_diverging_run_writes_a_diverged_record(tmp_path):
-    rec = run_and_record(
-        _spec(tmp_path, lr=1e12, momentum=0.0),
-        JobArgs("d", "rigl", {"update_interval": 5}, 0.9, 0),
-        tmp_path / "d.json",
-    )
+    spec = _spec(tmp_path, lr=1e12, momentum=0.0)
+    rec = _run(spec, _cell(spec, "d", seed=0), tmp_path / "d.json")
     assert rec["status"] == "diverged"
     assert "training loss is" in rec["error"]
     assert rec["test_acc"] is None

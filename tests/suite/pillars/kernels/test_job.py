@@ -6,23 +6,26 @@ import polars as pl
 import pytest
 import torch
 
-from sparsebench.suite.kernels_board import (
-    aggregate,
+from sparsebench.suite import paths, tables
+from sparsebench.suite.job import run_one
+from sparsebench.suite.pillar import get_pillar
+from sparsebench.suite.pillars.kernels.board import (
     break_even,
     goals,
     speedup_pivot,
     write_leaderboard,
 )
-from sparsebench.suite.kernels_run import (
+from sparsebench.suite.pillars.kernels.job import (
     KernelJob,
     MaskedLinear,
     measure,
     random_mask,
-    run_and_record_kernels,
     two_four_mask,
     useful_flops,
 )
 from sparsebench.suite.spec import SpecError, validate
+
+PILLAR = get_pillar("kernels")
 
 
 def _spec(**kernels):
@@ -39,9 +42,14 @@ def _spec(**kernels):
 
 
 def test_cells_and_record_paths():
-    cells = _spec(batches=[1, 8]).kernel_cells()
+    spec = _spec(batches=[1, 8])
+    assert spec.pillars == ("kernels",)
+    cells = spec.cells("kernels")
     assert len(cells) == 4
-    assert cells[0].record_path == "results/k/kernels/24x40/s0.5/b1/record.json"
+    assert cells[0].id == "24x40/s0.5/b1"
+    assert str(paths.record("k", "kernels", cells[0].id)) == (
+        "results/k/kernels/runs/24x40/s0.5/b1/record.json"
+    )
 
 
 @pytest.mark.parametrize(
@@ -126,14 +134,16 @@ def test_measure_rows_ratios_and_errors():
 
 
 def test_a_backend_failing_in_backward_keeps_the_other_rows(monkeypatch):
-    import dataclasses
-
     from sparsebench.kernels import BACKENDS
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    bad = dataclasses.replace(BACKENDS["torch_csr"], grad_input_impl=broken)
+    # torch_csr with a grad_input that raises (a subclass keeps its registered name).
+    broken_cls = type("BrokenCSR", (type(BACKENDS["torch_csr"]),), {})
+    broken_cls.grad_input_impl = staticmethod(broken)
+    bad = broken_cls()
+    assert bad.name == "torch_csr"
     monkeypatch.setitem(BACKENDS, "torch_csr", bad)
     rows = measure(KernelJob(16, 24, 0.5, 2, ("torch_csr", "cpu"), repeats=3, warmup=0))
     by = {(r["backend"], r["op"]): r for r in rows}
@@ -151,15 +161,20 @@ def test_unknown_backend_fails_before_timing():
 
 def test_record_table_and_leaderboard(tmp_path):
     spec = _spec(backends=["cpu", "semi_structured"])
-    paths = []
-    for cell in spec.kernel_cells():
-        out = tmp_path / cell.record_path
-        run_and_record_kernels(spec, cell, out, threads=1)
-        paths.append(out)
-    rows = json.loads(paths[0].read_text())["rows"]
-    assert {r["benchmark"] for r in rows} == {"k"} and rows[0]["torch_version"]
-    runs = aggregate(paths, tmp_path / "runs.parquet")
+    records = []
+    for cell in spec.cells("kernels"):
+        out = paths.record_in(tmp_path, cell.id)
+        rec = run_one(spec, PILLAR, cell, state=None, out=out, parallel_jobs=1)
+        assert rec["status"] == "ok", rec["error"]  # a skipped backend is not a failure
+        records.append(out)
+    record = json.loads(records[0].read_text())
+    assert record["benchmark"] == "k" and record["torch_version"] and record["threads"] == 1
+    assert len(record["rows"]) == 4 * 3
+    runs = tables.aggregate("kernels", records, tmp_path / "runs.parquet")
     assert runs.height == 2 * 4 * 3
+    # Every row of the table carries its cell's provenance.
+    assert set(runs["benchmark"]) == {"k"} and runs["torch_version"].null_count() == 0
+    assert set(runs["cell_id"]) == {c.id for c in spec.cells("kernels")}
     files = write_leaderboard(runs, tmp_path)
     md = files["md"].read_text()
     assert "## Goals" in md and "not measured" in md  # no 4096 x 4096 cell in this spec

@@ -1,0 +1,118 @@
+"""One Snakemake job: a batch of cells of one pillar in one process, one record per cell.
+
+Importing torch and Lightning costs several seconds per process, about what a small cell's own
+work takes, so cells that share their set-up (a batch key of the pillar) run in one process:
+:meth:`Pillar.prepare` once, then :meth:`Pillar.run_cell` per cell. Each cell still gets its
+own record, written atomically as soon as it finishes, with status ``failed`` (the error, the
+metrics null) or ``diverged`` when it raises: one failing cell never loses the others.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sparsebench.suite import paths
+from sparsebench.suite import record as rec
+from sparsebench.suite.pillar import Cell, Pillar
+
+
+def quiet_lightning() -> None:
+    """Silence Lightning's per-job banners (accelerator, workers) in the job logs."""
+    import logging
+    import warnings
+
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*GPU available but not used.*")
+
+
+def base_record(spec, pillar: Pillar, cell: Cell, parallel_jobs: int) -> dict[str, Any]:
+    """The identifying and provenance columns of a cell's record (metrics null)."""
+    out: dict[str, Any] = dict.fromkeys(rec.COMMON_COLUMNS)
+    out.update(dict.fromkeys(pillar.columns))
+    out.update(
+        benchmark=spec.benchmark,
+        pillar=pillar.name,
+        cell_id=cell.id,
+        label=cell.label,
+        method=cell.method,
+        params_json=cell.params_json,
+        setting_id=cell.setting_id,
+        seed=cell.seed,
+        threads=cell.threads,
+        parallel_jobs=parallel_jobs,
+        spec_hash=spec.hash,
+        trigger=cell.trigger_hash,
+    )
+    out.update(cell.columns)
+    out.update(rec.provenance())
+    return out
+
+
+def run_one(
+    spec, pillar: Pillar, cell: Cell, state: Any, out: Path, parallel_jobs: int
+) -> dict[str, Any]:
+    """Run ``cell`` and write its record to ``out`` atomically, whatever happens."""
+    record = base_record(spec, pillar, cell, parallel_jobs)
+    record["started_at"] = rec.now_iso()
+    t0 = time.perf_counter()
+    try:
+        metrics = pillar.run_cell(spec, cell, state)
+        record.update({"status": "ok", "error": None, **metrics})
+    except rec.Diverged as e:
+        record.update(status="diverged", error=str(e), **pillar.failed_columns(cell, str(e)))
+    except Exception as e:  # noqa: BLE001 - any failure becomes a failed record
+        traceback.print_exc(file=sys.stderr)
+        error = f"{type(e).__name__}: {e}"
+        record.update(status="failed", error=error, **pillar.failed_columns(cell, error))
+    record["cell_s"] = time.perf_counter() - t0
+    record["finished_at"] = rec.now_iso()
+    rec.write_json_atomic(out, record)
+    return record
+
+
+def run_batch(
+    spec,
+    pillar: Pillar,
+    cells: Sequence[Cell],
+    parallel_jobs: int = 1,
+    root: str | Path = paths.RESULTS,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``cells`` of ``pillar`` in this process (shared :meth:`Pillar.prepare`), writing
+    each record under ``root``. A failing prepare gives every cell a failed record."""
+    import torch
+
+    say = progress or (lambda msg: print(msg, flush=True))
+    torch.set_num_threads(max(c.threads for c in cells))
+    records = []
+    t0 = time.perf_counter()
+    try:
+        state = pillar.prepare(spec, cells)
+        prepare_error = None
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc(file=sys.stderr)
+        state, prepare_error = None, f"{type(e).__name__} in set-up: {e}"
+    for i, cell in enumerate(cells, 1):
+        out = paths.record(spec.benchmark, pillar.name, cell.id, root)
+        if prepare_error is not None:
+            record = base_record(spec, pillar, cell, parallel_jobs)
+            now = rec.now_iso()
+            record.update(status="failed", error=prepare_error, started_at=now, finished_at=now)
+            record.update(pillar.failed_columns(cell, prepare_error))
+            rec.write_json_atomic(out, record)
+        else:
+            record = run_one(spec, pillar, cell, state, out, parallel_jobs)
+        records.append(record)
+        took = record.get("cell_s")
+        secs = f" in {took:.1f} s" if took is not None else ""
+        error = f": {record['error']}" if record["status"] != "ok" else ""
+        say(f"[{i}/{len(cells)}] [{record['status']}] {pillar.name} {cell.label}{secs}{error}")
+    say(f"{len(cells)} cell(s) of {pillar.name} in {time.perf_counter() - t0:.1f} s")
+    return records

@@ -1,0 +1,76 @@
+"""Every path of the results layout, built in one place (the same for every pillar):
+
+``results/<bench>/<pillar>/runs/<cell id>/record.json``   one record per cell
+``results/<bench>/<pillar>/runs.parquet``                 validated runs table
+``results/<bench>/<pillar>/leaderboard.{md,csv,json}``    the board, and its plots ``*.png``
+``results/<bench>/<pillar>/logs/<batch>.log``             the log of one job (a batch of cells)
+``results/<bench>/summary.md``                            every pillar's board, top rows
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RESULTS = "results"
+RECORD = "record.json"
+BOARD_FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.json")
+
+
+def bench_dir(bench: str, root: str | Path = RESULTS) -> Path:
+    return Path(root) / bench
+
+
+def pillar_dir(bench: str, pillar: str, root: str | Path = RESULTS) -> Path:
+    return bench_dir(bench, root) / pillar
+
+
+def record(bench: str, pillar: str, cell_id: str, root: str | Path = RESULTS) -> Path:
+    return pillar_dir(bench, pillar, root) / "runs" / cell_id / RECORD
+
+
+def record_in(pillar_folder: Path, cell_id: str) -> Path:
+    return Path(pillar_folder) / "runs" / cell_id / RECORD
+
+
+def cell_id_of(record_path: str | Path, pillar_folder: str | Path) -> str:
+    """The cell id of ``record_path`` (inverse of :func:`record_in`)."""
+    rel = Path(record_path).relative_to(Path(pillar_folder) / "runs")
+    return rel.parent.as_posix()
+
+
+def runs_table(bench: str, pillar: str, root: str | Path = RESULTS) -> Path:
+    return pillar_dir(bench, pillar, root) / "runs.parquet"
+
+
+def board_files(bench: str, pillar: str, plots=(), root: str | Path = RESULTS) -> list[Path]:
+    folder = pillar_dir(bench, pillar, root)
+    return [folder / name for name in (*BOARD_FILES, *plots)]
+
+
+def log(bench: str, pillar: str, batch: str, root: str | Path = RESULTS) -> Path:
+    return pillar_dir(bench, pillar, root) / "logs" / f"{batch}.log"
+
+
+def summary(bench: str, root: str | Path = RESULTS) -> Path:
+    return bench_dir(bench, root) / "summary.md"
+
+
+def find_records(pillar_folder: str | Path) -> list[Path]:
+    """Every ``runs/**/record.json`` under a pillar folder, sorted (stable row order).
+    os.walk rather than Path.glob: a third of the time on 100,000 records."""
+    import os
+
+    root = Path(pillar_folder) / "runs"
+    out = []
+    for dirpath, _dirs, files in os.walk(root):
+        if RECORD in files:
+            out.append(Path(dirpath) / RECORD)
+    return sorted(out)
+
+
+def pillar_folders(bench_folder: str | Path) -> dict[str, Path]:
+    """Pillar name -> folder for every subfolder of a results folder holding a runs/ folder."""
+    folder = Path(bench_folder)
+    if not folder.is_dir():
+        return {}
+    return {p.name: p for p in sorted(folder.iterdir()) if (p / "runs").is_dir()}

@@ -1,0 +1,113 @@
+"""Benchmark scripts of the suite itself (not tests: they time things).
+
+``python -m sparsebench.suite.perf tables --from results/default/classification --records N``
+    clones the records of a pillar folder into N generated records (new seeds, so new cells)
+    in a temporary folder and times: a full aggregation, an incremental one with nothing new,
+    one after 1 % of the records changed, and every board from ``runs.parquet`` alone.
+
+``python -m sparsebench.suite.perf overhead results/<bench> --wall S --cores C``
+    the ratio of a run's Snakemake wall-clock ``S`` to its cells' own core-seconds divided by
+    the cores (1.0: no start-up or scheduling overhead at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sparsebench.suite import paths
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def tables(source: Path, n: int, keep: bool = False) -> dict[str, float]:
+    """Generate ``n`` records from the records under ``source`` (a pillar folder) and time
+    aggregation and boards. Returns the seconds of each step."""
+    from sparsebench.suite.pillar import get_pillar
+    from sparsebench.suite.record import write_json_atomic
+    from sparsebench.suite.tables import aggregate, write_board
+
+    templates = [json.loads(p.read_text()) for p in paths.find_records(source)]
+    if not templates:
+        raise SystemExit(f"no records under {source}/runs; run a benchmark first")
+    pillar = get_pillar(templates[0]["pillar"])
+    tmp = Path(tempfile.mkdtemp(prefix="sparsebench-perf-"))
+    folder = tmp / pillar.name
+    t0 = time.perf_counter()
+    for i in range(n):
+        rec = dict(templates[i % len(templates)])
+        copy = i // len(templates)
+        rec["cell_id"] = f"{rec['cell_id']}/copy{copy}"
+        if rec.get("seed") is not None:
+            rec["seed"] = rec["seed"] + 1000 * copy
+        write_json_atomic(paths.record_in(folder, rec["cell_id"]), rec)
+    gen = time.perf_counter() - t0
+    records = paths.find_records(folder)
+    table = folder / "runs.parquet"
+    out = {"generate_s": gen}
+    runs, out["aggregate_full_s"] = _timed(lambda: aggregate(pillar, records, table, False))
+    _, out["aggregate_nothing_new_s"] = _timed(lambda: aggregate(pillar, records, table))
+    for p in records[::100]:  # 1 % of the records change
+        p.write_text(p.read_text().replace('"status": "ok"', '"status": "ok" '))
+    _, out["aggregate_1pct_changed_s"] = _timed(lambda: aggregate(pillar, records, table))
+    _, out["find_records_s"] = _timed(lambda: paths.find_records(folder))
+    _, out["board_s"] = _timed(lambda: write_board(pillar, table))
+    out["rows"] = runs.height
+    if not keep:
+        shutil.rmtree(tmp)
+    else:
+        out["folder"] = str(tmp)
+    return out
+
+
+def overhead(bench: Path, wall_s: float, cores: int) -> dict[str, float]:
+    """Snakemake wall-clock against the cells' own core-seconds / cores, over every pillar."""
+    cell_core_s = 0.0
+    cells = 0
+    for folder in paths.pillar_folders(bench).values():
+        for p in paths.find_records(folder):
+            rec = json.loads(p.read_text())
+            if rec.get("cell_s") is not None:
+                cell_core_s += rec["cell_s"] * (rec.get("threads") or 1)
+                cells += 1
+    ideal = cell_core_s / cores
+    return {
+        "cells": cells,
+        "cell_core_s": round(cell_core_s, 1),
+        "ideal_wall_s": round(ideal, 1),
+        "wall_s": wall_s,
+        "ratio": round(wall_s / ideal, 3) if ideal else float("nan"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sparsebench.suite.perf", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tables", help="time aggregation and boards on generated records")
+    t.add_argument("--from", dest="source", required=True, help="a pillar folder with records")
+    t.add_argument("--records", type=int, default=100_000)
+    t.add_argument("--keep", action="store_true", help="keep the generated folder")
+    o = sub.add_parser("overhead", help="wall-clock vs the cells' own time")
+    o.add_argument("bench_dir")
+    o.add_argument("--wall", type=float, required=True, help="seconds the snakemake run took")
+    o.add_argument("--cores", type=int, required=True)
+    args = p.parse_args(argv)
+    if args.cmd == "tables":
+        result = tables(Path(args.source), args.records, args.keep)
+    else:
+        result = overhead(Path(args.bench_dir), args.wall, args.cores)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

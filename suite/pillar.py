@@ -1,0 +1,288 @@
+"""The pillar contract and the pillar registry.
+
+A pillar is everything one kind of benchmark adds to the spine, declared in one class (see
+docs/architecture.md for the flow of one job and a worked example):
+
+* its **spec section**: the top-level keys it owns (:attr:`Pillar.spec_keys`), a JSON Schema
+  fragment for them with defaults (:meth:`Pillar.schema`, enums filled from the registries),
+  and the registry and pre-flight checks that need more than a schema (:meth:`Pillar.check`);
+* its **cells**: spec -> :class:`Cell` list, each with a stable id (its path under ``runs/``),
+  a readable label, the parameters that are its rerun trigger, its threads, the artefacts it
+  depends on (Snakemake inputs made by other rules), and a batch key: cells with the same key
+  share their expensive set-up in one process (:meth:`Pillar.cells`);
+* its **job**: :meth:`Pillar.prepare` (once per batch) and :meth:`Pillar.run_cell` (cell ->
+  metric columns); the spine writes the record, a failed or diverged one on error;
+* its **table**: a pandera model extending :class:`~sparsebench.suite.schemas.CommonSchema`
+  plus the python types of its columns (:attr:`Pillar.columns`);
+* its **board**: runs table -> leaderboard files and plots (:meth:`Pillar.board`), and a few
+  lines for ``summary.md`` (:meth:`Pillar.summary`);
+* the **metrics** claims may address (:attr:`Pillar.metrics`: unit, higher is better).
+
+Pillars register by name: the built-ins below, third-party ones through the entry-point group
+``sparsebench.pillars`` (an entry point names a :class:`Pillar` subclass or instance), and any
+module listed in the environment variable ``SPARSEBENCH_PLUGINS`` (comma-separated module
+names, imported once; their ``@register_pillar`` / ``@register`` calls do the rest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from sparsebench.suite.spec import Spec
+
+# The built-in pillars: name -> "module:attribute" of their Pillar class (imported lazily).
+BUILTIN_PILLARS: dict[str, str] = {
+    "classification": "sparsebench.suite.pillars.classification:ClassificationPillar",
+    "hessian": "sparsebench.suite.pillars.hessian:HessianPillar",
+    "kernels": "sparsebench.suite.pillars.kernels:KernelsPillar",
+}
+PLUGINS_ENV = "SPARSEBENCH_PLUGINS"
+
+
+class PillarError(ValueError):
+    """An unknown pillar name or a pillar class that breaks the contract."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A column that claims may address.
+
+    Attributes:
+        name: the runs-table column.
+        unit: e.g. ``"fraction"``, ``"s"``, ``"×"``; ``""`` for a count.
+        higher_is_better: the direction of "better" (rank, claims' orderings).
+        description: one line for docs and ``sparsebench pillars``.
+    """
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A plot a board writes next to its leaderboard (flagged for ``snakemake --report``)."""
+
+    file: str  # file name in results/<bench>/<pillar>/
+    caption: str  # one paragraph, reStructuredText
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One job's worth of work: it writes one record.
+
+    Attributes:
+        pillar: the pillar's registered name.
+        id: stable path under ``results/<bench>/<pillar>/runs/`` (``/``-separated, no
+            ``..``); renaming it renames existing results, so the contract tests pin a few.
+        label: readable one-line description.
+        method: registered method name (or what the pillar calls its variant).
+        params_json: the method's parameters, JSON with sorted keys.
+        setting_id: ``default`` or a hash of the non-default parameters (open_lth style).
+        seed: the cell's seed.
+        trigger: everything that defines the cell's result besides its id; a change reruns
+            exactly this cell (its hash is kept in the record as ``trigger``).
+        threads: torch threads of the job (Snakemake ``threads:``).
+        batch: cells with the same key may run in one process, sharing their set-up.
+        inputs: artefacts the cell reads (outputs of other rules, as Snakemake inputs).
+        columns: the pillar's identifying columns of the record (known before running).
+    """
+
+    pillar: str
+    id: str
+    label: str
+    method: str
+    params_json: str = "{}"
+    setting_id: str = "default"
+    seed: int | None = None
+    trigger: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    threads: int = 1
+    batch: str = ""
+    inputs: tuple[str, ...] = ()
+    columns: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def trigger_hash(self) -> str:
+        blob = json.dumps(self.trigger, sort_keys=True, default=str).encode()
+        return hashlib.sha1(blob).hexdigest()[:16]
+
+
+class Pillar:
+    """Base class of a pillar; override what your pillar needs (see the module docstring).
+
+    Class attributes:
+        name: registry name and results folder.
+        title: a few words for boards and listings.
+        families: method-registry pillar names whose methods this pillar runs (default:
+            ``(name,)``); classification serves ``dst`` and ``pruning``.
+        method_modules: modules whose ``@register`` calls define the built-in methods.
+        spec_keys: top-level spec keys this pillar owns; a spec with any of them has cells
+            of this pillar.
+        columns: record column -> python type (str, int, float, bool) of the pillar's own
+            columns; the common ones are in :data:`~sparsebench.suite.record.COMMON_COLUMNS`.
+        row_key: columns that, with ``cell_id``, identify one table row (several rows per
+            record only where :meth:`table_rows` splits records).
+        metrics: the columns claims may address.
+        plots: the plots :meth:`board` writes.
+        batch_max: at most this many cells per process (0: the whole batch key group).
+        statuses: allowed row statuses of its table.
+    """
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    families: ClassVar[tuple[str, ...]] = ()
+    method_modules: ClassVar[tuple[str, ...]] = ()
+    spec_keys: ClassVar[tuple[str, ...]] = ()
+    columns: ClassVar[dict[str, type]] = {}
+    row_key: ClassVar[tuple[str, ...]] = ()
+    metrics: ClassVar[tuple[Metric, ...]] = ()
+    plots: ClassVar[tuple[Plot, ...]] = ()
+    batch_max: ClassVar[int] = 0
+    statuses: ClassVar[tuple[str, ...]] = ("ok", "failed")
+
+    # ------------------------------------------------------------------ spec
+    def schema(self) -> dict[str, Any]:
+        """JSON Schema properties of :attr:`spec_keys` (with defaults), merged into the spec
+        schema. Enums must come from the registries."""
+        return {}
+
+    def example(self, method: str | None = None) -> dict[str, Any]:
+        """The spec keys of a tiny run of this pillar (seconds on a CPU), with only ``method``
+        when given: used by the contract tests and the docs. Default: none."""
+        return {}
+
+    def present(self, data: Mapping[str, Any]) -> bool:
+        """Whether the (raw) spec has cells of this pillar."""
+        return any(k in data for k in self.spec_keys)
+
+    def check(self, spec: Spec) -> None:
+        """Registry and pre-flight checks beyond the schema; raise
+        :class:`~sparsebench.suite.spec.SpecError` naming file, key, value and what is
+        allowed."""
+
+    # ------------------------------------------------------------------ cells and job
+    def cells(self, spec: Spec) -> list[Cell]:
+        """Every cell of the spec, in a stable order."""
+        raise NotImplementedError
+
+    def prepare(self, spec: Spec, cells: Sequence[Cell]) -> Any:
+        """Set-up shared by the cells of one batch (data, models); passed to run_cell."""
+        return None
+
+    def run_cell(self, spec: Spec, cell: Cell, state: Any) -> dict[str, Any]:
+        """Run one cell; return its metric columns (``status`` defaults to ``ok``).
+
+        Raise :class:`~sparsebench.suite.record.Diverged` for a diverged run, anything else
+        for a failure; the spine writes the failed record."""
+        raise NotImplementedError
+
+    def failed_columns(self, cell: Cell, error: str) -> dict[str, Any]:
+        """Extra columns of a failed record (default none)."""
+        return {}
+
+    # ------------------------------------------------------------------ table and board
+    @property
+    def table(self) -> type:
+        """The pandera DataFrameModel of the runs table (common columns + the pillar's)."""
+        from sparsebench.suite.schemas import CommonSchema
+
+        return CommonSchema
+
+    def table_rows(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """The runs-table rows of one record (default: the record itself)."""
+        return [record]
+
+    def row_problems(self) -> dict[str, Any]:
+        """Dataframe-check name -> ``row -> message`` for readable table errors."""
+        return {}
+
+    def board(self, runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
+        """Write ``leaderboard.{md,csv,json}`` and :attr:`plots` into ``out_dir``."""
+        raise NotImplementedError
+
+    def summary(self, runs: pl.DataFrame, top: int = 3) -> str:
+        """A few Markdown lines of the board's top rows for ``summary.md``."""
+        return ""
+
+    def add_commands(self, subparsers: Any) -> None:
+        """Add the pillar's own ``sparsebench`` subcommands to the argparse ``subparsers``
+        (each sets ``func``; default none)."""
+
+    def describe(self) -> str:
+        return (self.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+
+
+_PILLARS: dict[str, Pillar] = {}
+_loaded = False
+
+
+def register_pillar(cls_or_obj: Any) -> Any:
+    """Register a :class:`Pillar` subclass (or instance) under its ``name``; usable as a
+    class decorator. Raises PillarError for a missing name or a name taken by another class."""
+    obj = cls_or_obj() if isinstance(cls_or_obj, type) else cls_or_obj
+    if not isinstance(obj, Pillar) or not obj.name:
+        raise PillarError(f"{cls_or_obj!r} is not a Pillar with a name")
+    if not obj.families:
+        type(obj).families = (obj.name,)
+    old = _PILLARS.get(obj.name)
+    if old is not None and type(old) is not type(obj):
+        raise PillarError(f"pillar {obj.name!r} is registered twice")
+    _PILLARS[obj.name] = obj
+    return cls_or_obj
+
+
+def load_plugins() -> None:
+    """Import the built-in pillars, entry points and ``$SPARSEBENCH_PLUGINS`` (once)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for ref in BUILTIN_PILLARS.values():
+        register_pillar(_resolve(ref))
+    for ep in entry_points(group="sparsebench.pillars"):
+        register_pillar(ep.load())
+    for mod in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        importlib.import_module(mod)
+
+
+def _resolve(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def all_pillars() -> dict[str, Pillar]:
+    """Every registered pillar: the built-ins in :data:`BUILTIN_PILLARS` order, then the others
+    in registration order (importing a built-in's module registers it early: the order must not
+    depend on what was imported first)."""
+    load_plugins()
+    names = [n for n in BUILTIN_PILLARS if n in _PILLARS]
+    names += [n for n in _PILLARS if n not in BUILTIN_PILLARS]
+    return {n: _PILLARS[n] for n in names}
+
+
+def get_pillar(name: str) -> Pillar:
+    """The registered pillar ``name``; PillarError lists the registered names if absent."""
+    pillars = all_pillars()
+    if name not in pillars:
+        raise PillarError(f"unknown pillar {name!r}; registered pillars: {', '.join(pillars)}")
+    return pillars[name]
+
+
+def pillar_of_family(family: str) -> Pillar | None:
+    """The pillar whose methods are registered under ``family`` (e.g. dst -> classification)."""
+    for p in all_pillars().values():
+        if family in p.families:
+            return p
+    return None

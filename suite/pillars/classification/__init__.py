@@ -1,0 +1,281 @@
+"""The classification pillar: dynamic sparse training (``dst``) and pruning (``pruning``) on
+image classification tasks, one cell per (task, method setting, sparsity, seed).
+
+Spec keys: ``tasks`` (dataset, model, recipe), ``methods`` (a list value is a grid axis),
+``sparsities``, ``seeds``, ``execution`` (how masked layers run) and ``infer`` (inference
+timing). The dense baseline ignores ``sparsities`` and runs once per (task, seed) at
+sparsity 0. Cells of one (task, method setting) share a process (batch): the dataset is loaded
+once and every seed and sparsity runs after it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sparsebench.suite import registry
+from sparsebench.suite.pillar import Cell, Metric, Pillar, Plot, register_pillar
+from sparsebench.suite.spec import Spec, SpecError, expand_grid
+
+from .table import COLUMNS, IDENT, ROW_PROBLEMS
+
+FAMILIES = ("dst", "pruning")
+DENSE = "dense_mask"  # the default execution: masked layers as dense weight x mask
+
+
+@register_pillar
+class ClassificationPillar(Pillar):
+    """Sparse training and pruning of image classifiers: test accuracy next to training and
+    inference FLOPs and wall-clock, relative to the task's dense baseline."""
+
+    name = "classification"
+    title = "Dynamic sparse training and pruning"
+    families = FAMILIES
+    method_modules = (
+        "sparsebench.methods.dst.dense",
+        "sparsebench.methods.dst.static",
+        "sparsebench.methods.dst.set",
+        "sparsebench.methods.dst.rigl",
+        "sparsebench.methods.pruning.magnitude",
+        "sparsebench.methods.pruning.gmp",
+        "sparsebench.methods.pruning.snip",
+    )
+    spec_keys = ("tasks", "methods", "sparsities", "seeds", "execution", "infer")
+    columns = COLUMNS
+    row_key = IDENT
+    metrics = (
+        Metric("test_acc", "fraction", True, "top-1 accuracy on the test split"),
+        Metric("test_loss", "nats", False, "mean cross-entropy on the test split"),
+        Metric("val_acc", "fraction", True, "top-1 accuracy on the validation split"),
+        Metric("actual_sparsity", "fraction", True, "zeros among prunable weights"),
+        Metric("train_flops", "FLOPs", False, "training FLOPs (RigL paper's accounting)"),
+        Metric("train_flops_rel_dense", "×", False, "training FLOPs ÷ the dense baseline's"),
+        Metric("inference_flops", "FLOPs", False, "forward FLOPs of one example"),
+        Metric("inference_flops_rel_dense", "×", False, "inference FLOPs ÷ dense"),
+        Metric("train_wall_s", "s", False, "wall-clock of Trainer.fit"),
+        Metric("infer_ms", "ms", False, "median forward of infer.batch_size examples"),
+    )
+    plots = (Plot("pareto.png", "pareto.rst"),)
+    batch_max = 12
+    statuses = ("ok", "failed", "diverged")
+
+    # ------------------------------------------------------------------ spec
+    def example(self, method: str | None = None) -> dict[str, Any]:
+        methods = {method: {}} if method else {"dense": {}, "rigl": {}}
+        # 3 x 72 steps: long enough for the published schedules at their defaults (GMP, RigL)
+        recipe = {"epochs": 3, "batch_size": 16, "lr": 0.05}
+        return {
+            "infer": {"batch_size": 8, "repeats": 2},
+            "tasks": {
+                "digits_mlp": {"dataset": "digits", "model": "lenet300_100", "recipe": recipe}
+            },  # fmt: skip
+            "methods": methods,
+            "sparsities": [0.9],
+        }
+
+    def schema(self) -> dict[str, Any]:
+        from sparsebench.kernels import BACKENDS
+
+        frag = json.loads(Path(__file__).with_name("section.schema.json").read_text())
+        # Backends that take any (unstructured) mask can run a masked layer during training.
+        frag["execution"]["enum"] = [n for n, b in BACKENDS.items() if b.unstructured]
+        return frag
+
+    def present(self, data) -> bool:
+        """``tasks`` or ``methods`` (they go together), or a non-default ``execution``, which
+        :meth:`check` refuses without tasks. ``sparsities``, ``seeds`` and ``infer`` alone
+        make no cells: a pillar present without cells would have no records to aggregate."""
+        return "tasks" in data or "methods" in data or data.get("execution", DENSE) != DENSE
+
+    def check(self, spec: Spec) -> None:
+        src, data = spec.source, spec.data
+        if "tasks" not in data and "methods" not in data:
+            raise SpecError(
+                f"{src}: execution: {data['execution']!r} applies to dst/pruning `tasks`, and "
+                "this spec has none; remove the key (the kernels section lists its own "
+                "`backends`)"
+            )
+        if ("tasks" in data) != ("methods" in data):
+            missing = "methods" if "tasks" in data else "tasks"
+            raise SpecError(
+                f"{src}: (top level): `tasks` and `methods` go together; `{missing}` is missing"
+            )
+        _check_registries(data, src)
+        for method in data["methods"]:
+            settings(spec, method)  # builds every Params: names and types checked here
+        methods = registry.all_methods(FAMILIES)
+        if any(methods[m].sparse for m in data["methods"]) and not data["sparsities"]:
+            raise SpecError(f"{src}: sparsities: sparse methods need at least one sparsity")
+        _preflight(spec)
+        _check_execution(data, src)
+
+    # ------------------------------------------------------------------ cells
+    def cells(self, spec: Spec) -> list[Cell]:
+        data = spec.data
+        out = []
+        for task_name, task in data.get("tasks", {}).items():
+            for method in data["methods"]:
+                info = registry.get_method(method, FAMILIES)
+                sparsities = data["sparsities"] if info.sparse else [0.0]
+                for setting in settings(spec, method):
+                    trigger = {
+                        "method_params": json.loads(setting.params_json),
+                        "task": task,
+                        "execution": data["execution"],
+                    }
+                    for s in sparsities:
+                        for seed in data["seeds"]:
+                            out.append(
+                                Cell(
+                                    pillar=self.name,
+                                    id=f"{task_name}/{method}/{setting.setting_id}/"
+                                    f"s{float(s):g}/seed{seed}",
+                                    label=f"{task_name} {method} [{setting.label}] "
+                                    f"s={float(s):g} seed={seed}",
+                                    method=method,
+                                    params_json=setting.params_json,
+                                    setting_id=setting.setting_id,
+                                    seed=seed,
+                                    trigger=trigger,
+                                    threads=data["threads"],
+                                    batch=f"{task_name}/{method}/{setting.setting_id}",
+                                    columns={
+                                        "family": info.pillar,
+                                        "task": task_name,
+                                        "dataset": task["dataset"],
+                                        "model": task["model"],
+                                        "execution": data["execution"],
+                                        "target_sparsity": float(s),
+                                        "epochs": task["recipe"]["epochs"],
+                                        "setting": setting.label,
+                                    },
+                                )
+                            )
+        return out
+
+    # ------------------------------------------------------------------ job
+    def prepare(self, spec: Spec, cells: Sequence[Cell]) -> dict[str, Any]:
+        """Load each task's dataset once for the batch (the expensive shared set-up)."""
+        from sparsebench.suite.data import load_dataset
+
+        data = {}
+        for task_name in dict.fromkeys(c.columns["task"] for c in cells):
+            task = spec.data["tasks"][task_name]
+            try:
+                data[task_name] = load_dataset(
+                    task["dataset"], spec.data["data_root"], spec.data["allow_download"]
+                )
+            except Exception as e:  # noqa: BLE001 - the cells of this task fail with it
+                data[task_name] = e
+        return data
+
+    def run_cell(self, spec: Spec, cell: Cell, state: Any) -> dict[str, Any]:
+        from .job import run_classification
+
+        data = (state or {}).get(cell.columns["task"])
+        if isinstance(data, Exception):
+            raise data
+        return run_classification(spec, cell, data)
+
+    # ------------------------------------------------------------------ table and board
+    @property
+    def table(self) -> type:
+        from .table import ClassificationSchema
+
+        return ClassificationSchema
+
+    def row_problems(self) -> dict[str, Any]:
+        return ROW_PROBLEMS
+
+    def board(self, runs, out_dir: Path) -> dict[str, Path]:
+        from .board import write_leaderboard
+
+        return write_leaderboard(runs, out_dir)
+
+    def summary(self, runs, top: int = 3) -> str:
+        from .board import print_top
+
+        return "```\n" + print_top(runs, n=top) + "\n```"
+
+
+def settings(spec: Spec, method: str):
+    """The parameter settings of ``method`` in ``spec`` (its grid expanded)."""
+    info = registry.get_method(method, FAMILIES)
+    return expand_grid(info, spec.data["methods"][method], f"{spec.source}: methods.{method}")
+
+
+def _check_execution(data: dict[str, Any], source: str) -> None:
+    """The ``execution`` backend must run on this machine (its reason otherwise)."""
+    import torch
+
+    from sparsebench.kernels import BACKENDS
+
+    name = data["execution"]
+    ok, why = BACKENDS[name].available()
+    if ok and name == "triton" and not torch.cuda.is_available():
+        ok, why = False, "it needs a CUDA GPU to train (TRITON_INTERPRET=1 is for tests only)"
+    if not ok:
+        raise SpecError(
+            f"{source}: execution: backend {name!r} cannot run here: {why}; "
+            "use dense_mask or another backend (`sparsebench kernels` lists them)"
+        )
+
+
+def _preflight(spec: Spec) -> None:
+    """Checks that need the registries' knowledge but no data: the model fits the dataset, the
+    torchvision files are there (or may be downloaded), every method can act within the task's
+    step budget. Catches at validation what would otherwise fail one job at a time."""
+    from sparsebench.suite.data import DATASET_INFO, DatasetNotFoundError, check_available
+    from sparsebench.suite.models import build_model
+
+    src, data = spec.source, spec.data
+    for name, task in data["tasks"].items():
+        info = DATASET_INFO[task["dataset"]]
+        try:
+            build_model(task["model"], info.input_shape, info.num_classes)
+        except ValueError as e:
+            raise SpecError(f"{src}: tasks.{name}.model: {e}") from None
+        try:
+            check_available(task["dataset"], data["data_root"], data["allow_download"])
+        except DatasetNotFoundError as e:
+            raise SpecError(f"{src}: tasks.{name}.dataset: {e}") from None
+        recipe = task["recipe"]
+        total_steps = math.ceil(info.n_train / recipe["batch_size"]) * recipe["epochs"]
+        for method in data["methods"]:
+            cls = registry.get_method(method, FAMILIES).cls
+            for setting in settings(spec, method):
+                try:
+                    cls.check_budget(setting.params, total_steps)
+                except ValueError as e:
+                    raise SpecError(
+                        f"{src}: methods.{method} (setting {setting.label}) on tasks.{name}: {e}"
+                    ) from None
+
+
+def _check_registries(data: dict[str, Any], source: str) -> None:
+    from sparsebench.suite.data import DATASETS
+    from sparsebench.suite.models import MODELS
+
+    for name, task in data["tasks"].items():
+        if task["dataset"] not in DATASETS:
+            raise SpecError(
+                f"{source}: tasks.{name}.dataset: unknown dataset {task['dataset']!r}; "
+                f"allowed: {', '.join(sorted(DATASETS))}"
+            )
+        if task["model"] not in MODELS:
+            raise SpecError(
+                f"{source}: tasks.{name}.model: unknown model {task['model']!r}; "
+                f"allowed: {', '.join(sorted(MODELS))}"
+            )
+    known = registry.all_methods(FAMILIES)
+    for method, params in data["methods"].items():
+        if method not in known:
+            raise SpecError(
+                f"{source}: methods.{method}: unknown method {method!r}; "
+                f"registered methods: {', '.join(sorted(known))}"
+            )
+        if params is not None and not isinstance(params, dict):
+            raise SpecError(f"{source}: methods.{method}: expected a mapping of parameters")

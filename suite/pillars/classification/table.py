@@ -1,0 +1,160 @@
+"""The runs table of the classification pillar (dst, pruning): common columns + its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandera.polars as pa
+import polars as pl
+
+from sparsebench.suite.schemas import CommonSchema, finite_check
+
+# Columns of a classification record besides the common ones; units in the comments.
+COLUMNS: dict[str, type] = {
+    "family": str,  # dst | pruning: the method family
+    "task": str,
+    "dataset": str,
+    "model": str,
+    "execution": str,  # how sparse layers run: dense_mask (dense x mask) or a kernel backend
+    "target_sparsity": float,
+    "actual_sparsity": float,  # from the masks, over prunable weights
+    "test_acc": float,  # fraction in [0, 1]
+    "test_loss": float,
+    "val_acc": float,
+    "val_loss": float,
+    "epochs": int,
+    "steps": int,
+    "train_flops": float,  # FLOPs (2 x MACs) over all training steps
+    "inference_flops": float,  # FLOPs of one forward pass of one example
+    "train_flops_rel_dense": float,
+    "inference_flops_rel_dense": float,
+    "params_total": int,  # all parameters (weights, biases, norms)
+    "params_nonzero": int,  # parameters not removed by a mask
+    "train_wall_s": float,  # seconds of Trainer.fit
+    "infer_ms": float,  # median milliseconds of one forward pass of infer_batch examples
+    "infer_batch": int,
+    "layer_densities_json": str,  # layer name -> density at the end of training
+}
+
+# Columns a failed/diverged record must leave null (it never got that far); set on ok records.
+FAILED_NULL_COLUMNS: tuple[str, ...] = (
+    "test_acc",
+    "test_loss",
+    "val_acc",
+    "val_loss",
+    "actual_sparsity",
+    "steps",
+    "train_flops",
+    "inference_flops",
+    "train_flops_rel_dense",
+    "inference_flops_rel_dense",
+    "params_nonzero",
+    "train_wall_s",
+    "infer_ms",
+)
+
+FINITE_COLUMNS: tuple[str, ...] = (
+    "target_sparsity",
+    "actual_sparsity",
+    "test_acc",
+    "test_loss",
+    "val_acc",
+    "val_loss",
+    "train_flops",
+    "inference_flops",
+    "train_flops_rel_dense",
+    "inference_flops_rel_dense",
+    "train_wall_s",
+    "infer_ms",
+)
+
+# What names a row in error messages (besides its cell id).
+IDENT: tuple[str, ...] = ("task", "method", "setting_id", "target_sparsity", "seed")
+
+
+class ClassificationSchema(CommonSchema):
+    """One row per (task, method setting, sparsity, seed) record.
+
+    Metric and cost columns are nullable since a failed or diverged job leaves them null; the
+    dataframe checks tie nullness to ``status``."""
+
+    family: str = pa.Field(isin=["dst", "pruning"])
+    task: str
+    dataset: str
+    model: str
+    execution: str = pa.Field(nullable=True)
+    status: str = pa.Field(isin=["ok", "failed", "diverged"])
+    target_sparsity: float = pa.Field(ge=0.0, lt=1.0)
+    actual_sparsity: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    seed: int = pa.Field(ge=0)
+    test_acc: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    test_loss: float = pa.Field(ge=0.0, nullable=True)
+    val_acc: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    val_loss: float = pa.Field(ge=0.0, nullable=True)
+    epochs: int = pa.Field(ge=0, nullable=True)
+    steps: int = pa.Field(ge=0, nullable=True)
+    train_flops: float = pa.Field(ge=0.0, nullable=True)
+    inference_flops: float = pa.Field(ge=0.0, nullable=True)
+    train_flops_rel_dense: float = pa.Field(ge=0.0, nullable=True)
+    inference_flops_rel_dense: float = pa.Field(ge=0.0, nullable=True)
+    params_total: int = pa.Field(ge=0, nullable=True)
+    params_nonzero: int = pa.Field(ge=0, nullable=True)
+    train_wall_s: float = pa.Field(ge=0.0, nullable=True)
+    infer_ms: float = pa.Field(ge=0.0, nullable=True)
+    infer_batch: int = pa.Field(ge=1, nullable=True)
+    layer_densities_json: str = pa.Field(nullable=True)
+
+    class Config:
+        strict = False
+        unique = ["cell_id"]
+
+    _finite = finite_check(*FINITE_COLUMNS)
+
+    @pa.dataframe_check
+    def ok_has_test_acc(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        ok = pl.col("status") == "ok"
+        return data.lazyframe.select((~ok | pl.col("test_acc").is_not_null()).fill_null(True))
+
+    @pa.dataframe_check
+    def failed_has_no_metrics(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        ok = pl.col("status") == "ok"
+        all_null = pl.all_horizontal([pl.col(c).is_null() for c in FAILED_NULL_COLUMNS])
+        return data.lazyframe.select((ok | all_null).fill_null(True))
+
+    @pa.dataframe_check
+    def dense_at_zero_sparsity(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        dense = pl.col("method") == "dense"
+        zero = pl.col("target_sparsity") == 0.0
+        return data.lazyframe.select((dense == zero).fill_null(True))
+
+    @pa.dataframe_check
+    def nonzero_at_most_total(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        ok = pl.col("params_nonzero") <= pl.col("params_total")
+        return data.lazyframe.select(ok.fill_null(True))
+
+
+def _failed_metrics(row: dict[str, Any]) -> str:
+    bad = [c for c in FAILED_NULL_COLUMNS if row.get(c) is not None]
+    cols = ", ".join(f"'{c}'" for c in bad) or "(metrics)"
+    return (
+        f"column(s) {cols} set but status is {row.get('status')!r} (failed rows have null metrics)"
+    )
+
+
+ROW_PROBLEMS = {
+    "ok_has_test_acc": lambda row: (
+        "column 'test_acc' is null but status is 'ok' (ok rows need a test accuracy)"
+    ),
+    "failed_has_no_metrics": _failed_metrics,
+    "dense_at_zero_sparsity": lambda row: (
+        f"column 'target_sparsity' = {row.get('target_sparsity')!r} with method "
+        f"{row.get('method')!r} (dense runs at 0.0, sparse methods in (0, 1))"
+    ),
+    "nonzero_at_most_total": lambda row: (
+        f"column 'params_nonzero' = {row.get('params_nonzero')!r} exceeds "
+        f"'params_total' = {row.get('params_total')!r}"
+    ),
+    "multiple_fields_uniqueness": lambda row: (
+        "duplicate run: another row has the same cell (task, method, setting, sparsity, seed)"
+    ),
+}

@@ -1,0 +1,164 @@
+"""The hessian pillar: Hessians of local energies by dense vs colored HVPs, one cell per
+(system, size, potential, method) of the spec's ``hessian`` section.
+
+``truncated`` is skipped for potentials whose Hessian reaches only 1 hop (nothing to truncate),
+``dense`` above ``dense_max_atoms``. Cells of one (system, potential) share a process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from sparsebench.suite import registry
+from sparsebench.suite.pillar import Cell, Metric, Pillar, Plot, register_pillar
+from sparsebench.suite.spec import Spec, SpecError
+
+from .table import HESSIAN_COLUMNS
+
+FAMILY = ("hessian",)
+
+
+def potential_tag(potential: str, params_json: str) -> str:
+    """``pair``, or ``pair-<hash>`` when the potential has non-default parameters."""
+    if params_json == "{}":
+        return potential
+    return f"{potential}-{hashlib.sha1(params_json.encode()).hexdigest()[:8]}"
+
+
+def potential_hops(kind: str, params: dict[str, Any]) -> int:
+    """K of potential ``kind`` with ``params`` (builds it on methane; validates the params).
+    Raises ValueError for unknown or bad parameters."""
+    from sparsebench.methods.hessian.potentials import build_potential
+    from sparsebench.methods.hessian.systems import build_system
+
+    return build_potential(kind, build_system("alkane", 1), **params).hops
+
+
+@register_pillar
+class HessianPillar(Pillar):
+    """Sparse Hessians of local potentials by star coloring and compressed HVPs, against the
+    dense Hessian: colors, HVP count, exactness and wall-clock against system size."""
+
+    name = "hessian"
+    title = "Sparse Hessians by graph coloring"
+    families = FAMILY
+    method_modules = ("sparsebench.methods.hessian.methods",)
+    spec_keys = ("hessian",)
+    columns = HESSIAN_COLUMNS
+    row_key = ("system", "n_atoms", "potential", "method")
+    metrics = (
+        Metric("n_colors", "", False, "coordinate colors = compressed HVPs (3N for dense)"),
+        Metric("n_hvps", "", False, "Hessian-vector products computed"),
+        Metric("wall_s", "s", False, "pattern + coloring + HVPs + recovery"),
+        Metric("speedup_vs_dense", "×", True, "dense wall-clock ÷ this method's"),
+        Metric("rel_err", "", False, "relative Frobenius error vs dense (or probe HVPs)"),
+        Metric("max_abs_err", "", False, "largest entry-wise error vs dense"),
+        Metric("peak_mem_mb", "MiB", False, "peak resident memory of the job"),
+    )
+    plots = (Plot("scaling.png", "scaling.rst"),)
+
+    def example(self, method: str | None = None) -> dict[str, Any]:
+        return {
+            "hessian": {
+                "systems": {"alkane": {"sizes": [3]}},
+                "potentials": {"schnet": {}},
+                "methods": [method] if method else ["dense", "colored"],
+            }
+        }
+
+    def schema(self) -> dict[str, Any]:
+        from sparsebench.methods.hessian.potentials import POTENTIALS
+        from sparsebench.methods.hessian.systems import SYSTEMS
+
+        frag = json.loads(Path(__file__).with_name("section.schema.json").read_text())
+        props = frag["hessian"]["properties"]
+        props["systems"]["propertyNames"]["enum"] = sorted(SYSTEMS)
+        props["potentials"]["propertyNames"]["enum"] = sorted(POTENTIALS)
+        props["methods"]["items"]["enum"] = list(registry.all_methods(FAMILY))
+        return frag
+
+    def check(self, spec: Spec) -> None:
+        for potential, params in spec.data["hessian"]["potentials"].items():
+            try:
+                potential_hops(potential, params or {})
+            except ValueError as e:
+                raise SpecError(f"{spec.source}: hessian.potentials.{potential}: {e}") from None
+
+    def cells(self, spec: Spec) -> list[Cell]:
+        from sparsebench.methods.hessian.systems import n_atoms
+
+        h = spec.data["hessian"]
+        settings = {k: v for k, v in h.items() if k not in ("systems", "potentials")}
+        methods = registry.all_methods(FAMILY)
+        out = []
+        for system, sys_spec in h["systems"].items():
+            for potential, params in h["potentials"].items():
+                params_json = json.dumps(params or {}, sort_keys=True)
+                tag = potential_tag(potential, params_json)
+                hops = potential_hops(potential, params or {})
+                for method in h["methods"]:
+                    info = methods[method]
+                    if not info.cls().applies(hops):
+                        continue
+                    for size in sys_spec["sizes"]:
+                        if not info.sparse and n_atoms(system, size) > h["dense_max_atoms"]:
+                            continue
+                        out.append(
+                            Cell(
+                                pillar=self.name,
+                                id=f"{system}/{tag}/{method}/n{size}",
+                                label=f"{system} n={size} {tag} {method}",
+                                method=method,
+                                seed=h["seed"],
+                                trigger={"params": params_json, **settings},
+                                threads=spec.data["threads"],
+                                batch=f"{system}/{tag}",
+                                columns={
+                                    "system": system,
+                                    "size": size,
+                                    "potential": potential,
+                                    "potential_params_json": params_json,
+                                    "order": h["order"],
+                                    "setting": "default",
+                                },
+                            )
+                        )
+        return out
+
+    def run_cell(self, spec: Spec, cell: Cell, state: Any) -> dict[str, Any]:
+        from .job import HessianJob, run_hessian_job
+
+        h = spec.data["hessian"]
+        c = cell.columns
+        job = HessianJob(
+            c["system"],
+            c["size"],
+            c["potential"],
+            cell.method,
+            json.loads(c["potential_params_json"]),
+            h["order"],
+            None if h["chunk"] == "auto" else h["chunk"],
+            h["repeats"],
+            h["dense_max_atoms"],
+            h["seed"],
+        )
+        return run_hessian_job(job, cell.threads)
+
+    @property
+    def table(self) -> type:
+        from .table import HessianRunsSchema
+
+        return HessianRunsSchema
+
+    def board(self, runs, out_dir: Path) -> dict[str, Path]:
+        from .board import write_leaderboard
+
+        return write_leaderboard(runs, out_dir)
+
+    def summary(self, runs, top: int = 3) -> str:
+        from .board import summary
+
+        return "```\n" + summary(runs) + "\n```"

@@ -1,0 +1,74 @@
+"""The runs table of the hessian pillar: its columns and pandera model."""
+
+from __future__ import annotations
+
+import pandera.polars as pa
+import polars as pl
+
+from sparsebench.suite.schemas import CommonSchema
+
+# Columns of a hessian record besides the common ones; units in the names.
+HESSIAN_COLUMNS: dict[str, type] = {
+    "system": str,
+    "size": int,  # alkane carbons / water molecules
+    "n_atoms": int,
+    "potential": str,
+    "potential_params_json": str,  # the potential's parameters, JSON with sorted keys
+    "K": int,  # the potential's Hessian reach in hops of the cutoff graph
+    "pattern_hops": int,  # hops of the pattern used (K - 1 for truncated)
+    "order": str,
+    "chunk": int,  # HVPs per vmapped call used (auto: about 12,000 / n_atoms)
+    "n_colors": int,  # coordinate colors (3 x atom colors); 3N for dense
+    "max_row_atoms": int,  # atoms in the densest block row of the pattern; N for dense
+    "n_hvps": int,
+    "nnz": int,  # structural nonzeros of the pattern (dense: 9N^2)
+    "fill": float,  # nnz / (3N)^2
+    "t_pattern_s": float,
+    "t_coloring_s": float,
+    "t_hvp_s": float,  # median over repeats
+    "t_decompress_s": float,
+    "wall_s": float,  # pattern + coloring + HVPs + decompression (dense: the HVPs)
+    "dense_wall_s": float,  # dense Hessian in the same process, when n_atoms <= dense_max_atoms
+    "speedup_vs_dense": float,
+    "max_abs_err": float,  # vs dense where computed, else null
+    "rel_err": float,  # Frobenius vs dense, else max relative error on random-probe HVPs
+    "err_reference": str,  # "dense" | "probes" | "self"
+    "peak_mem_mb": float,  # peak resident memory of the job process (MiB) after this method,
+    # before any dense reference
+}
+
+
+class HessianRunsSchema(CommonSchema):
+    """Runs table of the hessian pillar: one row per (system, size, potential, method)."""
+
+    pillar: str = pa.Field(isin=["hessian"])
+    system: str
+    size: int = pa.Field(ge=1)
+    n_atoms: int = pa.Field(ge=1, nullable=True)
+    potential: str
+    method: str
+    status: str = pa.Field(isin=["ok", "failed"])
+    n_colors: int = pa.Field(ge=1, nullable=True)
+    max_row_atoms: int = pa.Field(ge=1, nullable=True)
+    n_hvps: int = pa.Field(ge=1, nullable=True)
+    nnz: int = pa.Field(ge=0, nullable=True)
+    fill: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    wall_s: float = pa.Field(ge=0.0, nullable=True)
+    dense_wall_s: float = pa.Field(ge=0.0, nullable=True)
+    rel_err: float = pa.Field(ge=0.0, nullable=True)
+    peak_mem_mb: float = pa.Field(ge=0.0, nullable=True)
+
+    class Config:
+        strict = False
+        unique = ["cell_id"]
+
+    @pa.check("method", name="registered_hessian_method")
+    def _registered(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        from sparsebench.suite.registry import all_methods
+
+        return data.lazyframe.select(pl.col(data.key).is_in(list(all_methods(("hessian",)))))
+
+    @pa.dataframe_check
+    def ok_rows_have_metrics(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        ok = pl.col("status") == "ok"
+        return data.lazyframe.select((~ok | pl.col("wall_s").is_not_null()).fill_null(True))

@@ -1,0 +1,176 @@
+"""The kernels pillar: every sparse-linear backend timed against dense (``nn.Linear``) and
+``dense_mask`` on one (layer shape, sparsity, batch) cell of the spec's ``kernels`` section.
+
+A record is one cell; its ``rows`` hold one measurement per (backend, op) and become the rows
+of the runs table (:meth:`KernelsPillar.table_rows`). Its status is ``failed`` when a backend
+failed (``skipped`` rows, a backend that cannot run here, are not failures). Backends are
+registered in the ``kernels`` method family (:mod:`sparsebench.kernels.backends`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sparsebench.suite import registry
+from sparsebench.suite.pillar import Cell, Metric, Pillar, Plot, register_pillar
+from sparsebench.suite.spec import Spec, SpecError
+
+from .table import KERNEL_COLUMNS
+
+FAMILY = ("kernels",)
+BASELINE = "dense_mask"  # always measured, so not listed among the section's backends
+
+
+@register_pillar
+class KernelsPillar(Pillar):
+    """Sparse linear-layer kernels (SpMM forward, SpMM + SDDMM backward) against dense and
+    dense x mask: milliseconds and speed-ups at each sparsity, interleaved in one process."""
+
+    name = "kernels"
+    title = "Sparse kernels"
+    families = FAMILY
+    method_modules = ("sparsebench.kernels.backends",)
+    spec_keys = ("kernels",)
+    columns = KERNEL_COLUMNS
+    row_key = ("backend", "op")
+    metrics = (
+        Metric("ms_median", "ms", False, "median milliseconds of the op over the rounds"),
+        Metric("speedup_vs_dense", "×", True, "dense nn.Linear ms ÷ this backend's"),
+        Metric("speedup_vs_dense_mask", "×", True, "dense × mask ms ÷ this backend's"),
+        Metric("speedup_vs_torch_csr", "×", True, "torch.sparse CSR ms ÷ this backend's"),
+        Metric("gflops_effective", "GFLOP/s", True, "useful sparse FLOPs per second"),
+        Metric("max_abs_err", "", False, "largest difference to dense_mask"),
+    )
+    plots = (Plot("speedup.png", "speedup.rst"),)
+    statuses = ("ok", "failed", "skipped")
+
+    def example(self, method: str | None = None) -> dict[str, Any]:
+        backends = [method] if method and method != BASELINE else ["torch_csr"]
+        return {
+            "kernels": {
+                "shapes": [[16, 8]],
+                "sparsities": [0.5],
+                "batches": [2],
+                "backends": backends,
+                "repeats": 3,
+                "warmup": 0,
+            }
+        }
+
+    def schema(self) -> dict[str, Any]:
+        frag = json.loads(Path(__file__).with_name("section.schema.json").read_text())
+        backends = [b for b in registry.all_methods(FAMILY) if b != BASELINE]
+        prop = frag["kernels"]["properties"]["backends"]
+        prop["items"]["enum"] = backends
+        prop["default"] = backends
+        return frag
+
+    def check(self, spec: Spec) -> None:
+        if spec.data["kernels"]["device"] == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise SpecError(
+                    f"{spec.source}: kernels.device: 'cuda' but torch sees no CUDA GPU here; "
+                    "use device: cpu (or run kernels/gpu_check.sh on a GPU machine)"
+                )
+
+    def cells(self, spec: Spec) -> list[Cell]:
+        k = spec.data["kernels"]
+        axes = ("shapes", "sparsities", "batches")  # a cell's own coordinates
+        trigger = {key: v for key, v in k.items() if key not in axes}
+        threads = k.get("threads", spec.data["threads"])
+        return [
+            Cell(
+                pillar=self.name,
+                id=f"{int(o)}x{int(i)}/s{float(s)!r}/b{int(b)}",
+                label=f"{int(o)}x{int(i)} sparsity {float(s):g} batch {int(b)}",
+                method="all",
+                seed=k["seed"],
+                trigger=trigger,
+                threads=threads,
+                batch="kernels",
+                columns={
+                    "out_features": int(o),
+                    "in_features": int(i),
+                    "sparsity": float(s),
+                    "batch": int(b),
+                    "dtype": k["dtype"],
+                    "device": k["device"],
+                    "setting": "default",
+                },
+            )
+            for o, i in k["shapes"]
+            for s in k["sparsities"]
+            for b in k["batches"]
+        ]
+
+    def run_cell(self, spec: Spec, cell: Cell, state: Any) -> dict[str, Any]:
+        from .job import KernelJob, run_kernel_job
+
+        k, c = spec.data["kernels"], cell.columns
+        job = KernelJob(
+            c["out_features"],
+            c["in_features"],
+            c["sparsity"],
+            c["batch"],
+            tuple(k["backends"]),
+            tuple(k["ops"]),
+            k["dtype"],
+            k["repeats"],
+            k["warmup"],
+            k["seed"],
+            k["device"],
+        )
+        rows = run_kernel_job(job, cell.threads)
+        failed = sorted({r["backend"] for r in rows if r["status"] == "failed"})
+        out: dict[str, Any] = {"rows": rows, "device": k["device"]}
+        if failed:
+            errors = "; ".join(
+                f"{r['backend']}: {r['error']}" for r in rows if r["status"] == "failed"
+            )
+            out.update(status="failed", error=f"backend(s) {', '.join(failed)} failed: {errors}")
+        return out
+
+    def add_commands(self, subparsers) -> None:
+        k = subparsers.add_parser(
+            "kernels", help="list sparse-kernel backends and whether they run here"
+        )
+        k.set_defaults(func=_cmd_kernels)
+
+    def table_rows(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """One row per (backend, op) measurement: the cell's columns, then the row's."""
+        cell = {k: v for k, v in record.items() if k != "rows"}
+        rows = record.get("rows") or []
+        if not rows:  # the whole cell failed before measuring
+            return [{**cell, "backend": "all", "op": "all"}]
+        return [{**cell, "method": r.get("backend", cell.get("method")), **r} for r in rows]
+
+    @property
+    def table(self) -> type:
+        from .table import KernelRunsSchema
+
+        return KernelRunsSchema
+
+    def board(self, runs, out_dir: Path) -> dict[str, Path]:
+        from .board import write_leaderboard
+
+        return write_leaderboard(runs, out_dir)
+
+    def summary(self, runs, top: int = 3) -> str:
+        from .board import summary
+
+        return "```\n" + summary(runs) + "\n```"
+
+
+def _cmd_kernels(args) -> int:
+    """``sparsebench kernels``: every registered backend and whether it runs here."""
+    from sparsebench.kernels import BACKENDS
+
+    for name, be in BACKENDS.items():
+        ok, why = be.available()
+        print(f"{name:16s} {'available' if ok else 'unavailable: ' + why}")
+        print(f"    {be.description}")
+    return 0

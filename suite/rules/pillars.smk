@@ -1,0 +1,79 @@
+# The generic rules of every pillar: its pending cells in batches (one job each, one record
+# per cell), then aggregate -> leaderboard per pillar, then summary.md. Expanded from the
+# pillar registry; no rule names a pillar.
+
+for _pillar, _batches in BATCHES.items():
+    for _batch in _batches:
+
+        rule:
+            name:
+                f"run_{_pillar}_{_batch.name}"
+            input:
+                _batch.inputs,
+            output:
+                _batch.records(BENCH),
+            log:
+                str(paths.log(BENCH, _pillar, _batch.name)),
+            params:
+                trigger=_batch.trigger,
+                cells=" ".join(f"--cell {shlex.quote(c.id)}" for c in _batch.cells),
+                pillar=_pillar,
+                parallel_jobs=parallel_jobs(_batch.threads),
+                python=PYTHON,
+                spec=shlex.quote(SPEC_FILE),
+            threads: _batch.threads
+            conda:
+                CONDA_ENV
+            shell:
+                "{params.python} -m sparsebench.suite.cli run {params.pillar} {params.cells} "
+                "--spec {params.spec} --parallel-jobs {params.parallel_jobs} > {log} 2>&1"
+
+
+for _pillar in PILLARS:
+
+    # Exactly the spec's records (not every record under the folder: a cell removed from
+    # the spec leaves the table).
+    rule:
+        name:
+            f"aggregate_{_pillar}"
+        input:
+            RECORDS[_pillar],
+        output:
+            str(paths.runs_table(BENCH, _pillar)),
+        log:
+            str(paths.log(BENCH, _pillar, "aggregate")),
+        params:
+            pillar=_pillar,
+        conda:
+            CONDA_ENV
+        script:
+            "scripts/aggregate.py"
+
+    rule:
+        name:
+            f"leaderboard_{_pillar}"
+        input:
+            str(paths.runs_table(BENCH, _pillar)),
+        output:
+            board_outputs(_pillar),
+        log:
+            str(paths.log(BENCH, _pillar, "leaderboard")),
+        params:
+            pillar=_pillar,
+        conda:
+            CONDA_ENV
+        script:
+            "scripts/board.py"
+
+
+rule summary:
+    input:
+        ALL_BOARDS,
+    output:
+        SUMMARY,
+    log:
+        str(paths.bench_dir(BENCH) / "logs" / "summary.log"),
+    conda:
+        CONDA_ENV
+    script:
+        "scripts/summary.py"

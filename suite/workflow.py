@@ -1,0 +1,91 @@
+"""What the Snakefile runs: a spec's cells, which of them are pending, and their batches.
+
+A cell is *done* when its record exists and carries the cell's current ``trigger`` hash; any
+other cell is *pending* (no record yet, or its parameters changed since). Pending cells are
+grouped by their pillar's batch key into :class:`Batch` es of at most ``batch_max`` cells,
+each one Snakemake job (one process: the interpreter and torch start once) whose outputs are
+its cells' records. Done records are plain inputs of the aggregation, so Snakemake never
+reruns (nor deletes) them: a rerun does only what is missing or changed. A failed record is
+done too until ``sparsebench retry-failed`` removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparsebench.suite import paths
+from sparsebench.suite.pillar import Cell, get_pillar
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Pending cells of one pillar that run in one job."""
+
+    pillar: str
+    name: str  # readable and unique within the pillar: the log file's name
+    cells: tuple[Cell, ...]
+    threads: int
+
+    def records(self, bench: str) -> list[str]:
+        return [str(paths.record(bench, self.pillar, c.id)) for c in self.cells]
+
+    @property
+    def inputs(self) -> list[str]:
+        return sorted({i for c in self.cells for i in c.inputs})
+
+    @property
+    def trigger(self) -> str:
+        """Snakemake ``params`` of the job: every cell's trigger (a change reruns the job)."""
+        return json.dumps({c.id: c.trigger_hash for c in self.cells}, sort_keys=True)
+
+
+def is_done(record: Path, cell: Cell) -> bool:
+    """Whether ``record`` exists and was written for the cell's current trigger."""
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("trigger") == cell.trigger_hash
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name).strip("_") or "cells"
+
+
+def batches(bench: str, cells: dict[str, list[Cell]], cores: int | None) -> dict[str, list[Batch]]:
+    """The pending cells of every pillar (``cells``: pillar -> its cells) in batches: same
+    pillar, batch key and threads, at most ``Pillar.batch_max`` cells, and split further, over
+    all pillars together, so that there are at least as many jobs as job slots (cores /
+    threads) when there are that many cells: no core idles for want of a job."""
+    groups: dict[tuple[str, str, int], list[Cell]] = {}
+    for pillar_name, pillar_cells in cells.items():
+        for c in pillar_cells:
+            if not is_done(paths.record(bench, pillar_name, c.id), c):
+                groups.setdefault((pillar_name, c.batch, c.threads), []).append(c)
+    limits = {}
+    for pillar_name, key, threads in groups:
+        batch_max = get_pillar(pillar_name).batch_max
+        limits[(pillar_name, key, threads)] = batch_max or len(groups[(pillar_name, key, threads)])
+    if cores and groups:
+        slots = max(1, cores // max(t for _, _, t in groups))
+
+        # Split the largest groups until there are `slots` jobs (or nothing left to split).
+        def jobs() -> int:
+            return sum(math.ceil(len(g) / limits[k]) for k, g in groups.items())
+
+        while jobs() < slots and any(limits[k] > 1 for k in groups):
+            k = max(groups, key=lambda k: limits[k] if limits[k] > 1 else 0)
+            limits[k] = math.ceil(limits[k] / 2)
+    out: dict[str, list[Batch]] = {name: [] for name in cells}
+    for (pillar_name, key, threads), group in groups.items():
+        n = math.ceil(len(group) / limits[(pillar_name, key, threads)])
+        chunk = math.ceil(len(group) / n)
+        for i in range(n):
+            part = tuple(group[i * chunk : (i + 1) * chunk])
+            suffix = f".{i + 1}of{n}" if n > 1 else ""
+            out[pillar_name].append(Batch(pillar_name, _safe(key) + suffix, part, threads))
+    return out

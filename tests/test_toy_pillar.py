@@ -1,0 +1,59 @@
+"""A pillar defined only in the tests (tests/toy_pillar.py) runs end to end through the same
+Snakefile: records, validated parquet, leaderboard, summary entry; a rerun does nothing and a
+new value runs only its own cell."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _snakemake(tmp_path, *args):
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        SPARSEBENCH_PLUGINS="tests.toy_pillar",
+    )
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+           "--configfile", str(tmp_path / "toy.yaml"), *args]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_toy_pillar_runs_through_the_generic_rules(tmp_path):
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 2, -1]}\n")
+    run = _snakemake(tmp_path, "--cores", "2")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    folder = tmp_path / "results" / "toyb" / "toy"
+    rec = json.loads((folder / "runs" / "v2" / "record.json").read_text())
+    assert rec["status"] == "ok" and rec["square"] == 4.0 and rec["pillar"] == "toy"
+    bad = json.loads((folder / "runs" / "v-1" / "record.json").read_text())
+    assert bad["status"] == "failed" and "negative values" in bad["error"]
+    runs = pl.read_parquet(folder / "runs.parquet")
+    assert sorted(runs["cell_id"]) == ["v-1", "v1", "v2"]
+    assert "2² = 4" in (folder / "leaderboard.md").read_text()
+    summary = (tmp_path / "results" / "toyb" / "summary.md").read_text()
+    assert "## Toy" in summary and "toy/leaderboard.md" in summary
+
+    again = _snakemake(tmp_path, "-n", "--cores", "2")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    v1 = folder / "runs" / "v1" / "record.json"
+    before = v1.stat().st_mtime_ns
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 2, 3, -1]}\n")
+    more = _snakemake(tmp_path, "--cores", "2")
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert v1.stat().st_mtime_ns == before  # only the new cell ran
+    assert json.loads((folder / "runs" / "v3" / "record.json").read_text())["square"] == 9.0
+    assert pl.read_parquet(folder / "runs.parquet").height == 4
+
+
+def test_toy_spec_typo_names_the_key_and_the_allowed_ones(tmp_path):
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {valeus: [1]}\n")
+    run = _snakemake(tmp_path, "-n")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "toy.yaml" in out and "'valeus'" in out and "values" in out

@@ -1,0 +1,79 @@
+"""A toy pillar defined only in the tests: the proof that a pillar is one module and nothing
+in the spine. Spec section ``toy: {values: [...]}``; one cell per value; its job writes the
+value's square. Loaded through ``SPARSEBENCH_PLUGINS=tests.toy_pillar``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandera.polars as pa
+import polars as pl
+
+from sparsebench.suite.boards import write_board_files
+from sparsebench.suite.pillar import Cell, Metric, Pillar, register_pillar
+from sparsebench.suite.schemas import CommonSchema
+
+
+class ToySchema(CommonSchema):
+    value: float
+    square: float = pa.Field(ge=0.0, nullable=True)
+
+    class Config:
+        strict = False
+        unique = ["cell_id"]
+
+
+@register_pillar
+class ToyPillar(Pillar):
+    """Squares numbers (a test of the pillar contract)."""
+
+    name = "toy"
+    title = "Toy"
+    spec_keys = ("toy",)
+    columns = {"value": float, "square": float}
+    metrics = (Metric("square", "", True, "the value squared"),)
+
+    def example(self, method=None):
+        return {"toy": {"values": [1, 2]}}
+
+    def schema(self):
+        values = {"type": "array", "minItems": 1, "items": {"type": "number"}}
+        return {
+            "toy": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["values"],
+                "properties": {"values": values},
+            }
+        }
+
+    def cells(self, spec):
+        return [
+            Cell(
+                self.name,
+                f"v{v:g}",
+                f"value {v:g}",
+                "square",
+                trigger={"v": v},
+                columns={"value": float(v)},
+            )  # fmt: skip
+            for v in spec.data["toy"]["values"]
+        ]
+
+    def run_cell(self, spec, cell, state):
+        if cell.columns["value"] < 0:
+            raise ValueError("negative values are refused")
+        return {"square": cell.columns["value"] ** 2}
+
+    @property
+    def table(self):
+        return ToySchema
+
+    def board(self, runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
+        board = runs.filter(pl.col("status") == "ok").select("value", "square").sort("value")
+        md = "# Toy\n\n" + "\n".join(f"- {v:g}² = {s:g}" for v, s in board.iter_rows()) + "\n"
+        return write_board_files(out_dir, md, board)
+
+    def summary(self, runs, top=3):
+        best = runs.sort("square", descending=True, nulls_last=True).head(top)
+        return "\n".join(f"- {v:g}² = {s}" for v, s in best.select("value", "square").iter_rows())
