@@ -38,6 +38,13 @@ class Batch:
         return sorted({i for c in self.cells for i in c.inputs})
 
     @property
+    def priority(self) -> int:
+        """Snakemake ``priority``: the biggest batches start first (longest-processing-time
+        scheduling, with cells x threads as the guess of a batch's length), so the small
+        ones fill the cores at the end instead of one long batch running alone."""
+        return len(self.cells) * self.threads
+
+    @property
     def trigger(self) -> str:
         """Snakemake ``params`` of the job: every cell's trigger (a change reruns the job)."""
         return json.dumps({c.id: c.trigger_hash for c in self.cells}, sort_keys=True)

@@ -22,6 +22,7 @@ for _pillar, _batches in BATCHES.items():
                 python=PYTHON,
                 spec=shlex.quote(SPEC_FILE),
             threads: _batch.threads
+            priority: _batch.priority
             conda:
                 CONDA_ENV
             shell:
