@@ -151,6 +151,8 @@ def aggregate(
         keep = old.join(current, on=[SOURCE, MTIME, SIZE], how="semi")
         done = set(keep.get_column(SOURCE).unique().to_list())
         todo = [p for k, p in rel.items() if k not in done]
+    if old is not None and not todo and keep.height == old.height:
+        return old  # nothing new, changed or removed: the table stands (validated before)
     new = collect(pillar, todo, root) if todo else None
     if new is None:
         runs = keep

@@ -29,13 +29,15 @@ class Batch:
     name: str  # readable and unique within the pillar: the log file's name
     cells: tuple[Cell, ...]
     threads: int
+    stale: tuple[str, ...] = ()  # ids of cells whose record exists for another trigger
 
     def records(self, bench: str) -> list[str]:
         return [str(paths.record(bench, self.pillar, c.id)) for c in self.cells]
 
-    @property
-    def inputs(self) -> list[str]:
-        return sorted({i for c in self.cells for i in c.inputs})
+    def inputs(self, bench: str) -> list[str]:
+        """Artefacts the cells read, plus the trigger marker of each stale cell."""
+        markers = [str(stale_marker(bench, self.pillar, c)) for c in self.stale]
+        return sorted({i for c in self.cells for i in c.inputs} | set(markers))
 
     @property
     def priority(self) -> int:
@@ -50,13 +52,46 @@ class Batch:
         return json.dumps({c.id: c.trigger_hash for c in self.cells}, sort_keys=True)
 
 
-def is_done(record: Path, cell: Cell) -> bool:
-    """Whether ``record`` exists and was written for the cell's current trigger."""
+def record_state(record: Path, cell: Cell) -> str:
+    """``done`` (the record exists for the cell's current trigger), ``stale`` (it exists for
+    another trigger, or cannot be read) or ``missing``."""
     try:
         data = json.loads(record.read_text())
+    except FileNotFoundError:
+        return "missing"
     except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("trigger") == cell.trigger_hash
+        return "stale"
+    ok = isinstance(data, dict) and data.get("trigger") == cell.trigger_hash
+    return "done" if ok else "stale"
+
+
+def is_done(record: Path, cell: Cell) -> bool:
+    """Whether ``record`` exists and was written for the cell's current trigger."""
+    return record_state(record, cell) == "done"
+
+
+def stale_marker(bench: str, pillar: str, cell_id: str) -> Path:
+    """A small file holding a stale cell's new trigger hash: an input of its batch, newer than
+    the old record, so Snakemake reruns the batch even without its own metadata (after
+    ``.snakemake/`` was removed, or for a record written by ``sparsebench run``)."""
+    return paths.pillar_dir(bench, pillar) / "triggers" / f"{cell_id}.trigger"
+
+
+def write_stale_markers(bench: str, batches_: dict[str, list[Batch]]) -> None:
+    """Write the marker of every stale cell whose marker is missing or outdated."""
+    for pillar_batches in batches_.values():
+        for b in pillar_batches:
+            for c in b.cells:
+                if c.id not in b.stale:
+                    continue
+                marker = stale_marker(bench, b.pillar, c.id)
+                try:
+                    current = marker.read_text()
+                except OSError:
+                    current = None
+                if current != c.trigger_hash:
+                    marker.parent.mkdir(parents=True, exist_ok=True)
+                    marker.write_text(c.trigger_hash)
 
 
 def _safe(name: str) -> str:
@@ -69,10 +104,14 @@ def batches(bench: str, cells: dict[str, list[Cell]], cores: int | None) -> dict
     all pillars together, so that there are at least as many jobs as job slots (cores /
     threads) when there are that many cells: no core idles for want of a job."""
     groups: dict[tuple[str, str, int], list[Cell]] = {}
+    stale: set[tuple[str, str]] = set()
     for pillar_name, pillar_cells in cells.items():
         for c in pillar_cells:
-            if not is_done(paths.record(bench, pillar_name, c.id), c):
+            state = record_state(paths.record(bench, pillar_name, c.id), c)
+            if state != "done":
                 groups.setdefault((pillar_name, c.batch, c.threads), []).append(c)
+            if state == "stale":
+                stale.add((pillar_name, c.id))
     limits = {}
     for pillar_name, key, threads in groups:
         batch_max = get_pillar(pillar_name).batch_max
@@ -94,5 +133,6 @@ def batches(bench: str, cells: dict[str, list[Cell]], cores: int | None) -> dict
         for i in range(n):
             part = tuple(group[i * chunk : (i + 1) * chunk])
             suffix = f".{i + 1}of{n}" if n > 1 else ""
-            out[pillar_name].append(Batch(pillar_name, _safe(key) + suffix, part, threads))
+            old = tuple(c.id for c in part if (pillar_name, c.id) in stale)
+            out[pillar_name].append(Batch(pillar_name, _safe(key) + suffix, part, threads, old))
     return out

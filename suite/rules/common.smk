@@ -8,7 +8,7 @@ import sys
 from sparsebench.suite import paths
 from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
-from sparsebench.suite.workflow import batches
+from sparsebench.suite.workflow import batches, write_stale_markers
 
 
 def _load_spec():
@@ -48,6 +48,7 @@ RECORDS = {
     for name, cells in CELLS.items()
 }
 BATCHES = batches(BENCH, CELLS, CORES)
+write_stale_markers(BENCH, BATCHES)
 # The environment of every rule under --use-conda (the same packages as the pip install).
 CONDA_ENV = "../../envs/sparsebench.yaml"
 

@@ -9,7 +9,7 @@ for _pillar, _batches in BATCHES.items():
             name:
                 f"run_{_pillar}_{_batch.name}"
             input:
-                _batch.inputs,
+                _batch.inputs(BENCH),
             output:
                 _batch.records(BENCH),
             log:

@@ -1,0 +1,67 @@
+"""Which cells are pending and how they are batched (suite/workflow.py), without Snakemake."""
+
+from __future__ import annotations
+
+from sparsebench.suite import paths, workflow
+from sparsebench.suite.pillar import Cell
+from sparsebench.suite.record import write_json_atomic
+
+
+def _cells(n, batch="b", threads=1):
+    return [
+        Cell(
+            "classification",
+            f"t/m/default/s0.9/seed{i}",
+            f"cell {i}",
+            "m",
+            seed=i,
+            trigger={"x": 1},
+            threads=threads,
+            batch=batch,
+        )  # fmt: skip
+        for i in range(n)
+    ]
+
+
+def test_done_stale_and_missing_records(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    done, stale, missing = _cells(3)
+    write_json_atomic(paths.record("B", "classification", done.id), {"trigger": done.trigger_hash})
+    write_json_atomic(paths.record("B", "classification", stale.id), {"trigger": "old"})
+    assert workflow.record_state(paths.record("B", "classification", done.id), done) == "done"
+    assert workflow.record_state(paths.record("B", "classification", stale.id), stale) == "stale"
+    assert workflow.record_state(paths.record("B", "classification", missing.id), missing) == (
+        "missing"
+    )
+    [batch] = workflow.batches("B", {"classification": [done, stale, missing]}, cores=None)[
+        "classification"
+    ]
+    assert [c.id for c in batch.cells] == [stale.id, missing.id]  # the done cell is no output
+    assert batch.stale == (stale.id,)
+    workflow.write_stale_markers("B", {"classification": [batch]})
+    marker = workflow.stale_marker("B", "classification", stale.id)
+    assert marker.read_text() == stale.trigger_hash
+    assert str(marker) in batch.inputs("B")  # newer than the old record: Snakemake reruns it
+
+
+def test_batches_respect_batch_max_and_fill_the_cores(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cells = _cells(30)  # classification: batch_max 12
+    sizes = [len(b.cells) for b in workflow.batches("B", {"classification": cells}, 1)[
+        "classification"]]  # fmt: skip
+    assert sorted(sizes) == [10, 10, 10] and max(sizes) <= 12
+    few = _cells(3)
+    split = workflow.batches("B", {"classification": few}, cores=2)["classification"]
+    assert len(split) == 2 and sum(len(b.cells) for b in split) == 3  # one job per core
+    assert len({b.name for b in split}) == 2
+    big = max(split, key=lambda b: len(b.cells))
+    assert big.priority == len(big.cells)  # the biggest batch starts first
+
+
+def test_cells_with_different_threads_never_share_a_batch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cells = _cells(2, threads=1) + [
+        Cell("classification", "t/m/default/s0.9/seed9", "x", "m", threads=2, batch="b")
+    ]
+    out = workflow.batches("B", {"classification": cells}, cores=None)["classification"]
+    assert sorted((b.threads, len(b.cells)) for b in out) == [(1, 2), (2, 1)]
