@@ -50,7 +50,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"no {pillar.name} cell {unknown[0]!r} in {args.spec}; its {len(cells)} cells are "
             f"e.g. {some} (`sparsebench validate {args.spec}` lists them)"
         )
-    run_batch(spec, pillar, [cells[c] for c in wanted], args.parallel_jobs, args.root)
+    run_batch(
+        spec, pillar, [cells[c] for c in wanted], args.parallel_jobs, args.root,
+        threads=args.threads,
+    )  # fmt: skip
     return 0
 
 
@@ -213,8 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--parallel-jobs",
         type=int,
-        default=1,
-        help="jobs running at once (recorded with the wall-clock figures)",
+        default=int(os.environ.get("SPARSEBENCH_PARALLEL_JOBS", "1")),
+        help="jobs running at once, recorded with the wall-clock figures (default "
+        "$SPARSEBENCH_PARALLEL_JOBS or 1)",
+    )
+    r.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads, overriding the spec's (the Snakefile passes Snakemake's threads)",
     )
     r.set_defaults(func=_cmd_run)
 

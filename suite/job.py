@@ -55,10 +55,30 @@ def base_record(spec, pillar: Pillar, cell: Cell, parallel_jobs: int) -> dict[st
     return out
 
 
+DIED = (
+    "the process died while running this cell (killed, out of memory, or a crash in native "
+    "code); see the job's log"
+)
+
+
+def _failed(spec, pillar: Pillar, cell: Cell, parallel_jobs: int, error: str) -> dict[str, Any]:
+    record = base_record(spec, pillar, cell, parallel_jobs)
+    now = rec.now_iso()
+    record.update(status="failed", error=error, started_at=now, finished_at=now)
+    record.update(pillar.failed_columns(cell, error))
+    return record
+
+
 def run_one(
     spec, pillar: Pillar, cell: Cell, state: Any, out: Path, parallel_jobs: int
 ) -> dict[str, Any]:
-    """Run ``cell`` and write its record to ``out`` atomically, whatever happens."""
+    """Run ``cell`` and write its record to ``out`` atomically, whatever happens.
+
+    Before the cell runs, a failed record saying that the process died is written, so that a
+    crash no exception reaches (segfault, out-of-memory kill) still leaves a failed record; an
+    interruption (Ctrl-C, SIGTERM) removes it again, so the cell simply reruns. A record that
+    cannot be written (a metric that is not JSON) becomes a failed record naming the error."""
+    rec.write_json_atomic(out, _failed(spec, pillar, cell, parallel_jobs, DIED))
     record = base_record(spec, pillar, cell, parallel_jobs)
     record["started_at"] = rec.now_iso()
     t0 = time.perf_counter()
@@ -71,10 +91,22 @@ def run_one(
         traceback.print_exc(file=sys.stderr)
         error = f"{type(e).__name__}: {e}"
         record.update(status="failed", error=error, **pillar.failed_columns(cell, error))
+    except BaseException:  # interrupted: no record, the cell is pending again
+        out.unlink(missing_ok=True)
+        raise
     record["cell_s"] = time.perf_counter() - t0
     record["finished_at"] = rec.now_iso()
-    rec.write_json_atomic(out, record)
+    try:
+        rec.write_json_atomic(out, record)
+    except (TypeError, ValueError) as e:
+        error = f"the record could not be written: {type(e).__name__}: {e}"
+        record = _failed(spec, pillar, cell, parallel_jobs, error)
+        rec.write_json_atomic(out, record)
     return record
+
+
+def _terminate(signum, frame):  # SIGTERM (Snakemake stopping a job) unwinds like Ctrl-C
+    raise SystemExit(128 + signum)
 
 
 def run_batch(
@@ -84,13 +116,24 @@ def run_batch(
     parallel_jobs: int = 1,
     root: str | Path = paths.RESULTS,
     progress: Callable[[str], None] | None = None,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``cells`` of ``pillar`` in this process (shared :meth:`Pillar.prepare`), writing
-    each record under ``root``. A failing prepare gives every cell a failed record."""
+    each record under ``root``. A failing prepare gives every cell a failed record.
+
+    ``threads`` (Snakemake's ``threads``, capped at ``--cores``) overrides the cells' own
+    thread count: it is what torch uses and what the records say."""
+    import dataclasses
+    import signal
+
     import torch
 
+    if threads is not None:
+        cells = [dataclasses.replace(c, threads=threads) for c in cells]
     say = progress or (lambda msg: print(msg, flush=True))
     torch.set_num_threads(max(c.threads for c in cells))
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
     records = []
     t0 = time.perf_counter()
     try:
@@ -102,10 +145,7 @@ def run_batch(
     for i, cell in enumerate(cells, 1):
         out = paths.record(spec.benchmark, pillar.name, cell.id, root)
         if prepare_error is not None:
-            record = base_record(spec, pillar, cell, parallel_jobs)
-            now = rec.now_iso()
-            record.update(status="failed", error=prepare_error, started_at=now, finished_at=now)
-            record.update(pillar.failed_columns(cell, prepare_error))
+            record = _failed(spec, pillar, cell, parallel_jobs, prepare_error)
             rec.write_json_atomic(out, record)
         else:
             record = run_one(spec, pillar, cell, state, out, parallel_jobs)

@@ -57,3 +57,22 @@ def test_toy_spec_typo_names_the_key_and_the_allowed_ones(tmp_path):
     run = _snakemake(tmp_path, "-n")
     out = run.stdout + run.stderr
     assert run.returncode != 0 and "toy.yaml" in out and "'valeus'" in out and "values" in out
+
+
+def test_a_crashed_batch_keeps_finished_records_and_the_rerun_does_the_rest(tmp_path):
+    """Value 99 kills its process: the cell before it keeps its record, the crashed cell gets
+    a failed record (written before it ran), the cell after it runs on the next invocation."""
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 99, 2]}\n")
+    first = _snakemake(tmp_path, "--cores", "1")  # one core: the three cells in one job
+    assert first.returncode != 0
+    runs = tmp_path / "results" / "toyb" / "toy" / "runs"
+    assert json.loads((runs / "v1" / "record.json").read_text())["status"] == "ok"
+    crashed = json.loads((runs / "v99" / "record.json").read_text())
+    assert crashed["status"] == "failed" and "process died" in crashed["error"]
+    assert not (runs / "v2" / "record.json").exists()
+    v1 = (runs / "v1" / "record.json").stat().st_mtime_ns
+    second = _snakemake(tmp_path, "--cores", "1")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert (runs / "v1" / "record.json").stat().st_mtime_ns == v1
+    table = pl.read_parquet(tmp_path / "results" / "toyb" / "toy" / "runs.parquet")
+    assert dict(zip(table["cell_id"], table["status"])) == {"v1": "ok", "v2": "ok", "v99": "failed"}

@@ -27,7 +27,8 @@ for _pillar, _batches in BATCHES.items():
                 CONDA_ENV
             shell:
                 "{params.python} -m sparsebench.suite.cli run {params.pillar} {params.cells} "
-                "--spec {params.spec} --parallel-jobs {params.parallel_jobs} > {log} 2>&1"
+                "--spec {params.spec} --parallel-jobs {params.parallel_jobs} "
+                "--threads {threads} > {log} 2>&1"
 
 
 for _pillar in PILLARS:
