@@ -24,12 +24,21 @@ def pillar_dir(bench: str, pillar: str, root: str | Path = RESULTS) -> Path:
     return bench_dir(bench, root) / pillar
 
 
+def check_cell_id(cell_id: str) -> str:
+    """``cell_id`` if it is a relative ``/``-separated path without ``.``/``..`` parts;
+    ValueError otherwise (a record must stay inside its pillar's ``runs/``)."""
+    parts = cell_id.split("/")
+    if not cell_id or cell_id.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"invalid cell id {cell_id!r}: a relative path without '.' or '..'")
+    return cell_id
+
+
 def record(bench: str, pillar: str, cell_id: str, root: str | Path = RESULTS) -> Path:
-    return pillar_dir(bench, pillar, root) / "runs" / cell_id / RECORD
+    return pillar_dir(bench, pillar, root) / "runs" / check_cell_id(cell_id) / RECORD
 
 
 def record_in(pillar_folder: Path, cell_id: str) -> Path:
-    return Path(pillar_folder) / "runs" / cell_id / RECORD
+    return Path(pillar_folder) / "runs" / check_cell_id(cell_id) / RECORD
 
 
 def cell_id_of(record_path: str | Path, pillar_folder: str | Path) -> str:

@@ -5,7 +5,7 @@
     in a temporary folder and times: a full aggregation, an incremental one with nothing new,
     one after 1 % of the records changed, and every board from ``runs.parquet`` alone.
 
-``python -m sparsebench.suite.perf overhead results/<bench> --wall S --cores C``
+``python -m sparsebench.suite.perf overhead results/<bench> --wall S --cores C [--since T]``
     the ratio of a run's Snakemake wall-clock ``S`` to its cells' own core-seconds divided by
     the cores (1.0: no start-up or scheduling overhead at all).
 """
@@ -69,13 +69,19 @@ def tables(source: Path, n: int, keep: bool = False) -> dict[str, float]:
     return out
 
 
-def overhead(bench: Path, wall_s: float, cores: int) -> dict[str, float]:
-    """Snakemake wall-clock against the cells' own core-seconds / cores, over every pillar."""
+def overhead(bench: Path, wall_s: float, cores: int, since: float = 0.0) -> dict[str, float]:
+    """Snakemake wall-clock against the cells' own core-seconds / cores, over every pillar's
+    records that started at or after ``since`` (Unix seconds: the run's own cells)."""
+    from datetime import datetime
+
     cell_core_s = 0.0
     cells = 0
     for folder in paths.pillar_folders(bench).values():
         for p in paths.find_records(folder):
             rec = json.loads(p.read_text())
+            started = rec.get("started_at")
+            if started and datetime.fromisoformat(started).timestamp() < since - 1:
+                continue
             if rec.get("cell_s") is not None:
                 cell_core_s += rec["cell_s"] * (rec.get("threads") or 1)
                 cells += 1
@@ -100,11 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("bench_dir")
     o.add_argument("--wall", type=float, required=True, help="seconds the snakemake run took")
     o.add_argument("--cores", type=int, required=True)
+    o.add_argument("--since", type=float, default=0.0, help="Unix time the run started")
     args = p.parse_args(argv)
     if args.cmd == "tables":
         result = tables(Path(args.source), args.records, args.keep)
     else:
-        result = overhead(Path(args.bench_dir), args.wall, args.cores)
+        result = overhead(Path(args.bench_dir), args.wall, args.cores, args.since)
     print(json.dumps(result, indent=2))
     return 0
 

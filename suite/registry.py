@@ -101,8 +101,8 @@ def _source_of(cls: type) -> str:
 
 def load_builtin_methods(families: Iterable[str] | None = None) -> None:
     """Import the method modules of the pillars serving ``families`` (all when None) and the
-    third-party entry points, each once. Per family, so that listing the hessian methods
-    does not import Lightning for the classification methods."""
+    third-party entry points, each once. Per family, so that listing one pillar's methods
+    does not import another pillar's dependencies (Lightning for the classification ones)."""
     global _loaded
     from sparsebench.suite.pillar import all_pillars
 

@@ -240,8 +240,15 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
     data = _fill_defaults(data, schema)
     spec = Spec(data, source, pillars)
     for name in pillars:
+        pillar = all_pillars()[name]
         try:
-            all_pillars()[name].check(spec)
+            pillar.check(spec)
+            if not pillar.cells(spec):
+                raise SpecError(
+                    f"{source}: {', '.join(k for k in pillar.spec_keys if k in data)}: this "
+                    f"section gives no {name} cell (every combination was skipped, e.g. a "
+                    "method that does not apply); add a value that runs or remove the section"
+                )
         except registry.RegistryError as e:
             raise SpecError(str(e)) from None
     return spec

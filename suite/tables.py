@@ -24,7 +24,29 @@ from sparsebench.suite.record import COMMON_COLUMNS, atomic_write
 from sparsebench.suite.schemas import TableError, polars_dtype, validate_table
 
 # Bookkeeping columns of the incremental rebuild (not record keys).
-SOURCE, MTIME, SIZE = "source", "source_mtime_ns", "source_size"
+SOURCE, MTIME, SIZE, INODE = "source", "source_mtime_ns", "source_size", "source_inode"
+STAT_KEY = [SOURCE, MTIME, SIZE, INODE]
+
+
+def cache_path(out_parquet: Path) -> Path:
+    """The hidden copy of ``runs.parquet`` that the incremental rebuild reads: Snakemake
+    deletes a rule's outputs before running it, so the cache cannot be the output itself (the
+    output is a hard link to it, no second copy on disk)."""
+    return Path(out_parquet).with_name(f".{Path(out_parquet).stem}.cache.parquet")
+
+
+def _publish(cache: Path, out: Path) -> None:
+    """``out`` becomes (atomically) a hard link to ``cache``, or a copy where links fail."""
+    import os
+    import shutil
+
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.lnk")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(cache, tmp)
+    except OSError:
+        shutil.copyfile(cache, tmp)
+    os.replace(tmp, out)
 
 
 def _convert(value: Any, py_type: type, column: str, path: Path) -> Any:
@@ -92,12 +114,13 @@ def collect(pillar: Pillar, paths_: Iterable[Path], root: Path | None = None) ->
     paths_ = [Path(p) for p in paths_]
     rows: list[dict[str, Any]] = []
     row_paths: list[Path] = []
-    for path, rec in zip(paths_, read_records(paths_)):
+    # stat before reading: a record rewritten meanwhile then looks changed next time
+    stats = [p.stat() for p in paths_] if root is not None else [None] * len(paths_)
+    for path, st, rec in zip(paths_, stats, read_records(paths_)):
         for row in pillar.table_rows(rec):
-            if root is not None:
-                st = path.stat()
+            if st is not None:
                 row = {**row, SOURCE: path.relative_to(root).as_posix(), MTIME: st.st_mtime_ns,
-                       SIZE: st.st_size}  # fmt: skip
+                       SIZE: st.st_size, INODE: st.st_ino}  # fmt: skip
             rows.append(row)
             row_paths.append(path)
     declared = columns_of(pillar)
@@ -120,8 +143,9 @@ def aggregate(
 ) -> pl.DataFrame:
     """Validate ``records`` as the pillar's runs table and write ``out_parquet``; return it.
 
-    With ``incremental`` and an existing ``out_parquet``, only records whose (size, mtime)
-    changed are read again. Raises :class:`TableError` if there are no records, one is
+    With ``incremental`` and a previous table (its hidden cache, :func:`cache_path`), only
+    records whose (size, mtime, inode) changed are read again; atomic rewrites change the
+    inode. Raises :class:`TableError` if there are no records, one is
     unreadable or mistyped, or the table fails the pillar's schema (the message names the row,
     its record file, the column and the check); nothing is written then.
     """
@@ -135,24 +159,32 @@ def aggregate(
             "(`snakemake --cores N --configfile SPEC`)"
         )
     rel = {p.relative_to(root).as_posix(): p for p in paths_}
-    old = _read_previous(out_parquet) if incremental else None
+    cache = cache_path(out_parquet)
+    old = _read_previous(cache) if incremental else None
     keep = pl.DataFrame()
     todo = list(paths_)
     if old is not None:
-        stats = {k: p.stat() for k, p in rel.items()}
+        stats = {}
+        for k, p in rel.items():
+            try:
+                stats[k] = p.stat()
+            except FileNotFoundError:
+                raise TableError(f"record {p} is missing; run the benchmark first") from None
         current = pl.DataFrame(
             {
                 SOURCE: list(stats),
                 MTIME: [s.st_mtime_ns for s in stats.values()],
                 SIZE: [s.st_size for s in stats.values()],
+                INODE: [s.st_ino for s in stats.values()],
             },
-            schema={SOURCE: pl.String, MTIME: pl.Int64, SIZE: pl.Int64},
+            schema={SOURCE: pl.String, MTIME: pl.Int64, SIZE: pl.Int64, INODE: pl.Int64},
         )
-        keep = old.join(current, on=[SOURCE, MTIME, SIZE], how="semi")
+        keep = old.join(current, on=STAT_KEY, how="semi")
         done = set(keep.get_column(SOURCE).unique().to_list())
         todo = [p for k, p in rel.items() if k not in done]
     if old is not None and not todo and keep.height == old.height:
-        return old  # nothing new, changed or removed: the table stands (validated before)
+        _publish(cache, out_parquet)  # nothing new, changed or removed: the table stands
+        return old
     new = collect(pillar, todo, root) if todo else None
     if new is None:
         runs = keep
@@ -169,7 +201,8 @@ def aggregate(
         ident=pillar.row_key,
         problems=pillar.row_problems(),
     )
-    atomic_write(out_parquet, runs.write_parquet)
+    atomic_write(cache, runs.write_parquet)
+    _publish(cache, out_parquet)
     return runs
 
 
@@ -181,7 +214,7 @@ def _read_previous(path: Path) -> pl.DataFrame | None:
         old = pl.read_parquet(path)
     except (OSError, pl.exceptions.PolarsError):
         return None
-    return old if {SOURCE, MTIME, SIZE} <= set(old.columns) else None
+    return old if set(STAT_KEY) <= set(old.columns) else None
 
 
 def write_board(pillar: Pillar | str, runs_parquet: Path, log: str | None = None) -> dict:

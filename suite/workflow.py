@@ -11,6 +11,7 @@ done too until ``sparsebench retry-failed`` removes it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -127,12 +128,60 @@ def batches(bench: str, cells: dict[str, list[Cell]], cores: int | None) -> dict
             k = max(groups, key=lambda k: limits[k] if limits[k] > 1 else 0)
             limits[k] = math.ceil(limits[k] / 2)
     out: dict[str, list[Batch]] = {name: [] for name in cells}
+    used: set[tuple[str, str]] = set()
     for (pillar_name, key, threads), group in groups.items():
+        base = _safe(key)
+        if (pillar_name, base) in used:  # two keys that read alike, or other threads
+            digest = hashlib.sha1(f"{key}|{threads}".encode()).hexdigest()[:6]
+            base = f"{base}-{digest}"
+        used.add((pillar_name, base))
         n = math.ceil(len(group) / limits[(pillar_name, key, threads)])
         chunk = math.ceil(len(group) / n)
         for i in range(n):
             part = tuple(group[i * chunk : (i + 1) * chunk])
             suffix = f".{i + 1}of{n}" if n > 1 else ""
             old = tuple(c.id for c in part if (pillar_name, c.id) in stale)
-            out[pillar_name].append(Batch(pillar_name, _safe(key) + suffix, part, threads, old))
+            out[pillar_name].append(Batch(pillar_name, base + suffix, part, threads, old))
+    return out
+
+
+def save_plan(path: Path, batches_: dict[str, list[Batch]]) -> None:
+    """Write the batch plan (which cells each job runs) for the jobs' own parses."""
+    from sparsebench.suite.record import write_json_atomic
+
+    plan = {
+        pillar: [
+            {
+                "name": b.name,
+                "cells": [c.id for c in b.cells],
+                "threads": b.threads,
+                "stale": list(b.stale),
+            }  # fmt: skip
+            for b in bs
+        ]
+        for pillar, bs in batches_.items()
+    }
+    write_json_atomic(path, plan)
+
+
+def load_plan(path: Path, cells: dict[str, list[Cell]]) -> dict[str, list[Batch]] | None:
+    """The plan the main Snakemake process saved, with today's cells; None if absent.
+
+    A job that Snakemake runs in another process or on another machine (``--executor slurm``)
+    parses the Snakefile again, when other jobs' records already exist and with other cores,
+    so it must read the main process's plan instead of planning again: its rule (a batch) has
+    to exist under the same name with the same outputs."""
+    try:
+        plan = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    by_id = {p: {c.id: c for c in cs} for p, cs in cells.items()}
+    out: dict[str, list[Batch]] = {p: [] for p in cells}
+    for pillar, bs in plan.items():
+        for b in bs:
+            found = [by_id.get(pillar, {}).get(i) for i in b["cells"]]
+            if pillar in out and all(found):
+                out[pillar].append(
+                    Batch(pillar, b["name"], tuple(found), b["threads"], tuple(b["stale"]))
+                )
     return out

@@ -143,3 +143,12 @@ def test_bad_spec_stops_before_any_job(tmp_path):
     assert run.returncode != 0
     assert "unknown method 'rigel'" in run.stderr + run.stdout
     assert "tiny.yaml" in run.stderr + run.stdout
+
+
+def test_snakemake_lint_is_clean():
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint", "-s", str(REPO / "Snakefile")],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Lints for" not in run.stdout + run.stderr

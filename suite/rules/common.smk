@@ -8,7 +8,7 @@ import sys
 from sparsebench.suite import paths
 from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
-from sparsebench.suite.workflow import batches, write_stale_markers
+from sparsebench.suite.workflow import batches, load_plan, save_plan, write_stale_markers
 
 
 def _load_spec():
@@ -40,15 +40,24 @@ SPEC_FILE = (
 CORES = _cores()
 # The interpreter that runs Snakemake runs the jobs: `.venv/bin/snakemake` works without
 # activating the venv (a bare `sparsebench` would not be on PATH).
-PYTHON = shlex.quote(sys.executable)
+# Under --software-deployment-method conda the rules' environment provides `python`.
+_CONDA = any("conda" in str(m).lower() for m in workflow.deployment_settings.deployment_method)
+PYTHON = "python" if _CONDA else shlex.quote(sys.executable)
 PILLARS = {name: get_pillar(name) for name in SPEC.pillars}
 CELLS = {name: p.cells(SPEC) for name, p in PILLARS.items()}
 RECORDS = {
     name: sorted(str(paths.record(BENCH, name, c.id)) for c in cells)
     for name, cells in CELLS.items()
 }
-BATCHES = batches(BENCH, CELLS, CORES)
-write_stale_markers(BENCH, BATCHES)
+# The main process plans the batches and saves the plan; a job's own parse (another process,
+# or another machine under an executor plugin) reuses it: its rule must exist as planned.
+PLAN = paths.bench_dir(BENCH) / "logs" / "plan.json"
+if workflow.is_main_process:
+    BATCHES = batches(BENCH, CELLS, CORES)
+    write_stale_markers(BENCH, BATCHES)
+    save_plan(PLAN, BATCHES)
+else:
+    BATCHES = load_plan(PLAN, CELLS) or batches(BENCH, CELLS, CORES)
 # The environment of every rule under --use-conda (the same packages as the pip install).
 CONDA_ENV = "../../envs/sparsebench.yaml"
 

@@ -91,7 +91,9 @@ class HessianPillar(Pillar):
         from sparsebench.methods.hessian.systems import n_atoms
 
         h = spec.data["hessian"]
-        settings = {k: v for k, v in h.items() if k not in ("systems", "potentials")}
+        # A cell's own coordinates are not its trigger: adding a system, size, potential or
+        # method adds cells and reruns none of the others.
+        settings = {k: v for k, v in h.items() if k not in ("systems", "potentials", "methods")}
         methods = registry.all_methods(FAMILY)
         out = []
         for system, sys_spec in h["systems"].items():

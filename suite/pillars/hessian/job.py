@@ -14,6 +14,7 @@ import resource
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -164,8 +165,25 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
     return out
 
 
+def reset_peak() -> bool:
+    """Reset this process's peak resident memory (Linux: ``5`` into /proc/self/clear_refs
+    resets VmHWM), so that each cell of a batch reports its own peak. False where it cannot."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
 def _peak_mb() -> float:
-    """Peak resident memory of this process so far (MiB; Linux reports ru_maxrss in KiB)."""
+    """Peak resident memory of this process since the last :func:`reset_peak` (MiB): VmHWM of
+    /proc/self/status, else ru_maxrss (the whole process's life; Linux reports it in KiB)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -176,6 +194,7 @@ def run_hessian_job(job: HessianJob, threads: int = 1) -> dict[str, Any]:
 
     quiet_lightning()
     torch.set_num_threads(threads)
+    reset_peak()  # the cells of a batch share the process: each measures its own peak
     module = HessianModule(job)
     trainer = pl.Trainer(
         accelerator="auto",

@@ -33,7 +33,8 @@ HESSIAN_COLUMNS: dict[str, type] = {
     "max_abs_err": float,  # vs dense where computed, else null
     "rel_err": float,  # Frobenius vs dense, else max relative error on random-probe HVPs
     "err_reference": str,  # "dense" | "probes" | "self"
-    "peak_mem_mb": float,  # peak resident memory of the job process (MiB) after this method,
+    "peak_mem_mb": float,  # peak resident memory (MiB) of the process during this cell (reset
+    # when the cell starts: cells of a batch share a process), read after this method and
     # before any dense reference
 }
 

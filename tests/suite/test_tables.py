@@ -1,0 +1,57 @@
+"""Incremental aggregation (suite/tables.py): only new or changed records are read again, also
+after Snakemake deleted runs.parquet before rerunning its rule."""
+
+from __future__ import annotations
+
+import os
+
+import tests.toy_pillar  # noqa: F401 - registers the toy pillar
+from sparsebench.suite import paths, tables
+from sparsebench.suite.pillar import get_pillar
+from sparsebench.suite.record import write_json_atomic
+
+
+def _record(i: int, value: float) -> dict:
+    return {
+        "benchmark": "b", "pillar": "toy", "cell_id": f"v{i}", "label": f"value {i}",
+        "method": "square", "params_json": "{}", "setting_id": "default", "seed": None,
+        "status": "ok", "error": None, "threads": 1, "parallel_jobs": 1,
+        "torch_version": "x", "package_version": "x", "git_sha": "x", "git_dirty": False,
+        "spec_hash": "x", "trigger": "t", "started_at": "s", "finished_at": "f",
+        "value": float(i), "square": value,
+    }  # fmt: skip
+
+
+def test_only_new_or_changed_records_are_read_again(tmp_path, monkeypatch):
+    folder = tmp_path / "toy"
+    for i in range(3):
+        write_json_atomic(paths.record_in(folder, f"v{i}"), _record(i, float(i * i)))
+    out = folder / "runs.parquet"
+    pillar = get_pillar("toy")
+    assert tables.aggregate(pillar, paths.find_records(folder), out).height == 3
+
+    read: list = []
+    real = tables.read_records
+    monkeypatch.setattr(tables, "read_records", lambda ps: read.extend(ps) or real(ps))
+    out.unlink()  # what Snakemake does to a rule's output before it reruns the rule
+    write_json_atomic(paths.record_in(folder, "v3"), _record(3, 9.0))
+    runs = tables.aggregate(pillar, paths.find_records(folder), out)
+    assert runs.height == 4 and [p.parent.name for p in read] == ["v3"]
+
+    # Same size and mtime, new content: an atomic rewrite changes the inode, which is seen.
+    old = paths.record_in(folder, "v1")
+    st = old.stat()
+    write_json_atomic(old, _record(1, 7.0))  # 7.0 and 1.0 print with the same length
+    os.utime(old, ns=(st.st_atime_ns, st.st_mtime_ns))
+    read.clear()
+    runs = tables.aggregate(pillar, paths.find_records(folder), out)
+    assert [p.parent.name for p in read] == ["v1"]
+    assert dict(zip(runs["cell_id"], runs["square"]))["v1"] == 7.0
+
+    read.clear()
+    again = tables.aggregate(pillar, paths.find_records(folder), out)
+    assert read == [] and again.equals(runs) and out.is_file()
+
+    # A record removed from the list leaves the table.
+    fewer = [p for p in paths.find_records(folder) if p.parent.name != "v0"]
+    assert sorted(tables.aggregate(pillar, fewer, out)["cell_id"]) == ["v1", "v2", "v3"]
