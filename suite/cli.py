@@ -90,9 +90,18 @@ def _cmd_board(args: argparse.Namespace) -> int:
     return 0
 
 
+def paths_of(bench: Path) -> list[Path]:
+    """Pillar folders of a results folder that hold a runs table."""
+    from sparsebench.suite import paths
+
+    return [f for f in paths.pillar_folders(bench).values() if (f / "runs.parquet").is_file()]
+
+
 def _cmd_summary(args: argparse.Namespace) -> int:
     from sparsebench.suite import tables
 
+    if not any(paths_of(Path(args.bench_dir))):
+        _no_records(Path(args.bench_dir))
     print(tables.write_summary(Path(args.bench_dir), top=args.top))
     return 0
 
@@ -169,8 +178,23 @@ def _cmd_pillars(args: argparse.Namespace) -> int:
 
 
 def _cmd_methods(args: argparse.Namespace) -> int:
+    from sparsebench.suite.pillar import all_pillars
+
+    families = None
+    if args.pillar:
+        pillars = all_pillars()
+        known = {f for p in pillars.values() for f in p.families}
+        if args.pillar in pillars:
+            families = set(pillars[args.pillar].families)
+        elif args.pillar in known:
+            families = {args.pillar}
+        else:
+            raise SystemExit(
+                f"sparsebench methods: unknown pillar or family {args.pillar!r}; pillars: "
+                f"{', '.join(pillars)}; families: {', '.join(sorted(known))}"
+            )
     for info in registry.all_methods().values():
-        if args.pillar and info.pillar != args.pillar:
+        if families and info.pillar not in families:
             continue
         print(f"{info.name}  [{info.pillar}]")
         if info.source:
@@ -259,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     rf.set_defaults(func=_cmd_retry_failed)
 
     m = sub.add_parser("methods", help="list registered methods")
-    m.add_argument("--pillar", help="only this method family (see `sparsebench pillars`)")
+    m.add_argument("--pillar", help="only this pillar's (or method family's) methods")
     m.set_defaults(func=_cmd_methods)
 
     v = sub.add_parser("validate", help="validate a spec and list its jobs")
@@ -278,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     from sparsebench.suite.pillar import PillarError
     from sparsebench.suite.spec import SpecError
 
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except (SpecError, registry.RegistryError, PillarError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -221,7 +221,7 @@ class Pillar:
         (each sets ``func``; default none)."""
 
     def describe(self) -> str:
-        return (self.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        return " ".join((self.__doc__ or "").strip().split("\n\n")[0].split())
 
 
 _PILLARS: dict[str, Pillar] = {}
@@ -254,7 +254,13 @@ def load_plugins() -> None:
     for ep in entry_points(group="sparsebench.pillars"):
         register_pillar(ep.load())
     for mod in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
-        importlib.import_module(mod)
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise PillarError(
+                f"${PLUGINS_ENV}: cannot import {mod!r} ({e}); give importable module names, "
+                "comma-separated (is its folder on PYTHONPATH?)"
+            ) from None
 
 
 def _resolve(ref: str) -> Any:

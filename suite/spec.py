@@ -18,6 +18,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,11 @@ def _format_schema_error(err: jsonschema.ValidationError, schema: dict, source: 
     if err.validator == "enum":
         allowed = ", ".join(repr(v) for v in err.validator_value)
         return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}"
+    if err.validator == "pattern":
+        return (
+            f"{source}: {where}: name {err.instance!r} is not allowed; use letters, digits, "
+            "'_', '.' and '-' (not only dots: it names a folder)"
+        )
     if err.validator in ("oneOf", "anyOf"):
         options = "; or ".join(_describe_schema(sub) for sub in err.validator_value)
         return f"{source}: {where}: value {err.instance!r} is invalid; expected {options}"
@@ -209,6 +215,18 @@ class Spec:
         return [c for name in names for c in get_pillar(name).cells(self)]
 
 
+def _refuse_non_finite(value: Any, source: str, path: tuple = ()) -> None:
+    """YAML's .nan / .inf are numbers to JSON Schema: refuse them here, naming the key."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(f"{source}: {_keypath(path)}: {value!r} is not a finite number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_non_finite(v, source, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _refuse_non_finite(v, source, (*path, i))
+
+
 def validate(data: Any, source: str = "<spec>") -> Spec:
     """Validate a spec given as a parsed YAML mapping; return it with defaults filled in.
 
@@ -220,6 +238,7 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
         raise SpecError(f"{source}: the spec is empty; see suite/benchmarks/default.yaml")
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the spec must be a YAML mapping, got {type(data).__name__}")
+    _refuse_non_finite(data, source)
     schema = _schema(data)
     data = copy.deepcopy(data)
     errors = sorted(

@@ -76,3 +76,25 @@ def test_a_crashed_batch_keeps_finished_records_and_the_rerun_does_the_rest(tmp_
     assert (runs / "v1" / "record.json").stat().st_mtime_ns == v1
     table = pl.read_parquet(tmp_path / "results" / "toyb" / "toy" / "runs.parquet")
     assert dict(zip(table["cell_id"], table["status"])) == {"v1": "ok", "v2": "ok", "v99": "failed"}
+
+
+def test_ctrl_c_keeps_finished_records_and_forgets_the_interrupted_cell(tmp_path):
+    import signal
+    import time
+
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 77]}\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), SPARSEBENCH_PLUGINS="tests.toy_pillar")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+           "--configfile", str(tmp_path / "toy.yaml"), "--cores", "1"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    runs = tmp_path / "results" / "toyb" / "toy" / "runs"
+    for _ in range(120):  # v1 done, v77 (two minutes) running
+        if (runs / "v1" / "record.json").exists() and (runs / "v77").exists():
+            break
+        time.sleep(0.5)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+    proc.wait(timeout=60)
+    assert json.loads((runs / "v1" / "record.json").read_text())["status"] == "ok"
+    assert not (runs / "v77" / "record.json").exists()  # pending again, not a failed record

@@ -1,11 +1,12 @@
 """A toy pillar defined only in the tests: the proof that a pillar is one module and nothing
 in the spine. Spec section ``toy: {values: [...]}``; one cell per value; its job writes the
-value's square (-1 fails, 99 kills the process). Loaded through
+value's square (-1 fails, 99 kills the process, 77 takes two minutes). Loaded through
 ``SPARSEBENCH_PLUGINS=tests.toy_pillar``."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pandera.polars as pa
@@ -65,6 +66,8 @@ class ToyPillar(Pillar):
     def run_cell(self, spec, cell, state):
         if cell.columns["value"] == 99:  # a crash no exception reaches (as a segfault)
             os._exit(3)
+        if cell.columns["value"] == 77:  # a long cell, to be interrupted
+            time.sleep(120)
         if cell.columns["value"] < 0:
             raise ValueError("negative values are refused")
         return {"square": cell.columns["value"] ** 2}

@@ -28,7 +28,7 @@ for _pillar, _batches in BATCHES.items():
             shell:
                 "{params.python} -m sparsebench.suite.cli run {params.pillar} {params.cells} "
                 "--spec {params.spec} --parallel-jobs {params.parallel_jobs} "
-                "--threads {threads} > {log} 2>&1"
+                "--threads {threads} >> {log} 2>&1"
 
 
 for _pillar in PILLARS:
