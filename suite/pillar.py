@@ -137,7 +137,6 @@ class Pillar:
         metrics: the columns claims may address.
         plots: the plots :meth:`board` writes.
         batch_max: at most this many cells per process (0: the whole batch key group).
-        statuses: allowed row statuses of its table.
     """
 
     name: ClassVar[str] = ""
@@ -150,7 +149,6 @@ class Pillar:
     metrics: ClassVar[tuple[Metric, ...]] = ()
     plots: ClassVar[tuple[Plot, ...]] = ()
     batch_max: ClassVar[int] = 0
-    statuses: ClassVar[tuple[str, ...]] = ("ok", "failed")
 
     # ------------------------------------------------------------------ spec
     def schema(self) -> dict[str, Any]:

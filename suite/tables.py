@@ -218,7 +218,6 @@ def _read_previous(path: Path) -> pl.DataFrame | None:
 
 
 def write_board(pillar: Pillar | str, runs_parquet: Path, log: str | None = None) -> dict:
-    # (the Snakemake rule leaderboard_<pillar> calls it through rules/scripts/board.py)
     """The pillar's board from its ``runs.parquet`` alone, into the same folder (the rule
     ``leaderboard_<pillar>``; the written files are listed in ``log``)."""
     pillar = get_pillar(pillar) if isinstance(pillar, str) else pillar

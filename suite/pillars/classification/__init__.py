@@ -60,7 +60,6 @@ class ClassificationPillar(Pillar):
     )
     plots = (Plot("pareto.png", "pareto.rst"),)
     batch_max = 12
-    statuses = ("ok", "failed", "diverged")
 
     # ------------------------------------------------------------------ spec
     def example(self, method: str | None = None) -> dict[str, Any]:

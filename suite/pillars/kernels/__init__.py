@@ -44,7 +44,6 @@ class KernelsPillar(Pillar):
         Metric("max_abs_err", "", False, "largest difference to dense_mask"),
     )
     plots = (Plot("speedup.png", "speedup.rst"),)
-    statuses = ("ok", "failed", "skipped")
 
     def example(self, method: str | None = None) -> dict[str, Any]:
         backends = [method] if method and method != BASELINE else ["torch_csr"]
