@@ -1,6 +1,6 @@
 """Benchmark scripts of the suite itself (not tests: they time things).
 
-``python -m sparsebench.suite.perf tables --from results/default/classification --records N``
+``python -m sparsebench.suite.perf tables --from results/<bench>/<pillar> --records N``
     clones the records of a pillar folder into N generated records (new seeds, so new cells)
     in a temporary folder and times: a full aggregation, an incremental one with nothing new,
     one after 1 % of the records changed, and every board from ``runs.parquet`` alone.

@@ -126,7 +126,7 @@ class Pillar:
         name: registry name and results folder.
         title: a few words for boards and listings.
         families: method-registry pillar names whose methods this pillar runs (default:
-            ``(name,)``); classification serves ``dst`` and ``pruning``.
+            ``(name,)``); one pillar may serve several families.
         method_modules: modules whose ``@register`` calls define the built-in methods.
         spec_keys: top-level spec keys this pillar owns; a spec with any of them has cells
             of this pillar.
@@ -285,7 +285,7 @@ def get_pillar(name: str) -> Pillar:
 
 
 def pillar_of_family(family: str) -> Pillar | None:
-    """The pillar whose methods are registered under ``family`` (e.g. dst -> classification)."""
+    """The pillar whose methods are registered under ``family`` (None if no pillar serves it)."""
     for p in all_pillars().values():
         if family in p.families:
             return p
