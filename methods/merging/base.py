@@ -1,0 +1,217 @@
+"""What every merging method shares: state dicts, task vectors, structured groups, the data a
+data-dependent method may ask for, and the result a method returns.
+
+A merging method is a pure function (DESIGN.md, "the pillar contract"): ``merge(inputs,
+params)`` reads the base trunk θ0, the experts' trunks θ_t, its resolved parameters and, for a
+data-dependent method, :class:`MergeData`; it returns a :class:`MergeResult` and changes none
+of its inputs. Only the trunk is merged: every task keeps its own frozen head (the pillar's
+job), so the state dicts here hold trunk parameters only.
+
+Hyperparameter search: a ``Params`` field whose value is ``None`` is chosen by the pillar on
+each task's validation split over the method's :attr:`MergingMethod.search` grid (by average
+normalized accuracy); ``merge`` always receives resolved values (no ``None``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol
+
+import torch
+
+StateDict = dict[str, torch.Tensor]  # parameter name -> tensor (trunk only)
+Split = Literal["train", "val", "test"]
+
+
+@dataclass(frozen=True)
+class Group:
+    """One structured unit of the trunk: an attention head or an FFN / hidden neuron.
+
+    Attributes:
+        kind: ``"head"`` or ``"neuron"``.
+        layer: the module it belongs to (``"blocks.0.attn"``, ``"blocks.0.mlp"``, ``"fc0"``);
+            CASS ranks groups within one (layer, kind).
+        index: head or neuron index within the layer.
+        slices: ``(param key, dim, start, stop)``: the parameter entries the unit owns (e.g.
+            rows of W_q, W_k, W_v and columns of W_o for a head). Groups never overlap.
+    """
+
+    kind: str
+    layer: str
+    index: int
+    slices: tuple[tuple[str, int, int, int], ...]
+
+    def mask_into(self, masks: StateDict, value: bool = True) -> None:
+        """Set this group's entries of the boolean ``masks`` (same keys as the trunk)."""
+        for key, dim, start, stop in self.slices:
+            masks[key].narrow(dim, start, stop - start).fill_(value)
+
+
+class MergeData(Protocol):
+    """Data and model access the pillar gives data-dependent methods (Fisher, RegMean,
+    AdaMerging, TALL masks, CASS). Every call counts toward the record's ``examples``.
+
+    ``examples(t, split, n)`` -> ``(x, y)``: the first ``n`` examples of task ``t``'s split
+    (fixed order), x of shape (n, *input_shape), y (n,) int64.
+    ``logits(trunk, t, x)`` -> (n, classes_t): the trunk (a state dict, possibly holding
+    tensors that require grad: the call is differentiable in them) with task t's frozen head.
+    ``linear_inputs(trunk, t, x)`` -> ``{weight key: (rows, in_features)}``: the inputs of
+    every ``nn.Linear`` of the trunk (tokens flattened into rows), for Gram matrices.
+    ``linear_keys``: the weight keys of those linear layers.
+    """
+
+    n_tasks: int
+    linear_keys: Sequence[str]
+
+    def examples(self, task: int, split: Split, n: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def logits(
+        self, trunk: Mapping[str, torch.Tensor], task: int, x: torch.Tensor
+    ) -> torch.Tensor: ...
+
+    def linear_inputs(
+        self, trunk: Mapping[str, torch.Tensor], task: int, x: torch.Tensor
+    ) -> dict[str, torch.Tensor]: ...
+
+
+@dataclass
+class MergeInputs:
+    """Everything a merging method may read.
+
+    Attributes:
+        base: θ0's trunk.
+        experts: θ_t per task, same keys, shapes and dtypes as ``base``.
+        tasks: task names, in the order of ``experts``.
+        groups: the trunk's heads and neurons (for structured methods; may be empty).
+        data: the pillar's :class:`MergeData` (None in pure unit tests).
+        seed: seed of any randomness (DARE's drop): a merge is a function of its inputs.
+    """
+
+    base: StateDict
+    experts: Sequence[StateDict]
+    tasks: Sequence[str] = ()
+    groups: Sequence[Group] = ()
+    data: MergeData | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.experts:
+            raise ValueError("merging needs at least one expert")
+        keys = set(self.base)
+        for i, e in enumerate(self.experts):
+            if set(e) != keys:
+                diff = sorted(keys ^ set(e))[:5]
+                raise ValueError(f"expert {i} has other parameters than the base: {diff}")
+            for k, v in e.items():
+                if v.shape != self.base[k].shape:
+                    raise ValueError(
+                        f"expert {i}: {k} has shape {tuple(v.shape)}, "
+                        f"the base {tuple(self.base[k].shape)}"
+                    )
+        if self.tasks and len(self.tasks) != len(self.experts):
+            raise ValueError(f"{len(self.tasks)} task names for {len(self.experts)} experts")
+
+    def task_vectors(self) -> list[StateDict]:
+        """τ_t = θ_t − θ0 per task (Ilharco et al. 2023, Eq. 1)."""
+        return task_vectors(self.base, self.experts)
+
+
+@dataclass
+class MergeResult:
+    """What a merge returns.
+
+    Attributes:
+        state: the merged trunk (one model for every task); None when ``per_task`` is given.
+        per_task: one trunk per task (TALL masks), in task order.
+        task_vectors: the (sparsified) task vectors the method combined, for the record's
+            task-vector density and sign-conflict fraction (None: the raw task vectors).
+        examples: data examples the method read (0 for data-free methods).
+        info: method-specific numbers for the record (e.g. AdaMerging's learned λ).
+    """
+
+    state: StateDict | None = None
+    per_task: list[StateDict] | None = None
+    task_vectors: list[StateDict] | None = None
+    examples: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def trunk_for(self, task: int) -> StateDict:
+        if self.per_task is not None:
+            return self.per_task[task]
+        assert self.state is not None
+        return self.state
+
+
+class MergingMethod:
+    """Base class of the ``merging`` family (register with ``@register(name, "merging")``).
+
+    Class attributes:
+        search: field -> candidate values; a field left ``None`` in ``Params`` is chosen over
+            these on validation (the grid is the paper's where it gives one; see each
+            docstring).
+        data_free: False when ``merge`` needs :class:`MergeData`.
+        uses_experts: which experts the pillar passes: ``"standard"`` (fine-tuned without
+            constraint) or ``"cass_tuned"`` (fine-tuned under CASS gradient masks).
+    """
+
+    search: ClassVar[dict[str, tuple[Any, ...]]] = {}
+    data_free: ClassVar[bool] = True
+    uses_experts: ClassVar[str] = "standard"
+
+    def merge(self, inputs: MergeInputs, params: Any) -> MergeResult:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------- task-vector algebra
+def task_vectors(base: Mapping[str, torch.Tensor], experts: Iterable[StateDict]) -> list[StateDict]:
+    """τ_t = θ_t − θ0 for every expert (new tensors)."""
+    return [{k: e[k] - base[k] for k in base} for e in experts]
+
+
+def add_scaled(
+    base: Mapping[str, torch.Tensor], vector: Mapping[str, torch.Tensor], lam: float = 1.0
+) -> StateDict:
+    """θ0 + λ·τ (new tensors)."""
+    return {k: base[k] + lam * vector[k] for k in base}
+
+
+def combine(
+    vectors: Sequence[Mapping[str, torch.Tensor]],
+    fn: Callable[[torch.Tensor], torch.Tensor],
+) -> StateDict:
+    """Apply ``fn`` to each parameter's task vectors stacked on dim 0 (shape (T, *shape))."""
+    return {k: fn(torch.stack([v[k] for v in vectors])) for k in vectors[0]}
+
+
+def density(vectors: Sequence[Mapping[str, torch.Tensor]]) -> float:
+    """Fraction of nonzero entries of the task vectors, over all tasks and parameters."""
+    nnz = sum(int(torch.count_nonzero(v[k])) for v in vectors for k in v)
+    total = sum(v[k].numel() for v in vectors for k in v)
+    return nnz / total if total else 0.0
+
+
+def sign_conflict(vectors: Sequence[Mapping[str, torch.Tensor]]) -> float:
+    """Fraction of coordinates, among those where at least two task vectors are nonzero,
+    whose nonzero entries do not all share one sign (Yadav et al. 2023, Sec. 3's sign
+    interference); 0.0 when no coordinate has two nonzero entries."""
+    both = conflicts = 0
+    for k in vectors[0]:
+        s = torch.stack([torch.sign(v[k]) for v in vectors])
+        pos = (s > 0).sum(0)
+        neg = (s < 0).sum(0)
+        multi = (pos + neg) >= 2
+        both += int(multi.sum())
+        conflicts += int((multi & (pos > 0) & (neg > 0)).sum())
+    return conflicts / both if both else 0.0
+
+
+def group_masks(
+    base: Mapping[str, torch.Tensor], groups: Iterable[Group], value: bool = True
+) -> StateDict:
+    """Boolean masks (trunk keys) with the entries of ``groups`` set to ``value``, the others
+    to ``not value``."""
+    masks = {k: torch.full(v.shape, not value, dtype=torch.bool) for k, v in base.items()}
+    for g in groups:
+        g.mask_into(masks, value)
+    return masks

@@ -1,0 +1,40 @@
+"""Task Arithmetic: θ = θ0 + λ Σ_t τ_t."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparsebench.suite.registry import register
+
+from .base import MergeInputs, MergeResult, MergingMethod, add_scaled, combine
+
+# Ilharco et al. 2023, Sec. 2: λ chosen on held-out validation data from {0, 0.05, ..., 1.0}.
+# We search 0.05..1.0 in steps of 0.05 (λ = 0 is the zero-shot model, a reference row).
+LAMBDA_GRID = tuple(round(0.05 * i, 2) for i in range(1, 21))
+
+
+@register("task_arithmetic", pillar="merging")
+class TaskArithmetic(MergingMethod):
+    """Task Arithmetic: add the sum of the task vectors τ_t = θ_t − θ0 to the base with one
+    scaling coefficient, θ = θ0 + λ Σ_t τ_t (Eq. 1 and Sec. 3, "adding task vectors").
+
+    Defaults: λ chosen on validation over 0.05, 0.10, ..., 1.00 (the paper's grid without 0).
+
+    Source: Ilharco, Ribeiro, Wortsman, Gururangan, Schmidt, Hajishirzi, Farhadi, "Editing
+    Models with Task Arithmetic", ICLR 2023, Eq. 1 and Sec. 3.
+    """
+
+    search = {"lam": LAMBDA_GRID}
+
+    @dataclass
+    class Params:
+        lam: float | None = None  # None: chosen on validation over LAMBDA_GRID
+
+        def validate(self) -> None:
+            if self.lam is not None and self.lam < 0:
+                raise ValueError(f"lam must be >= 0, got {self.lam}")
+
+    def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
+        tvs = inputs.task_vectors()
+        summed = combine(tvs, lambda s: s.sum(0))
+        return MergeResult(state=add_scaled(inputs.base, summed, params.lam), task_vectors=tvs)
