@@ -1,6 +1,7 @@
 """The ``sparsebench`` command line.
 
 sparsebench run PILLAR --cell ID [--cell ID ...]   # run cells of the spec ($SPARSEBENCH_SPEC)
+sparsebench build PILLAR --artefact ID     # build artefacts (models cells read)
 sparsebench aggregate results/<bench>      # records -> validated runs.parquet, every pillar
 sparsebench board results/<bench> --pillar P   # runs.parquet -> one pillar's board
 sparsebench summary results/<bench>        # every pillar's tables -> summary.md
@@ -54,6 +55,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
         spec, pillar, [cells[c] for c in wanted], args.parallel_jobs, args.root,
         threads=args.threads,
     )  # fmt: skip
+    return 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from sparsebench.suite.job import build_artefact
+    from sparsebench.suite.pillar import get_pillar
+    from sparsebench.suite.spec import load
+
+    if not args.spec:
+        raise SystemExit("sparsebench build: give --spec FILE (or set SPARSEBENCH_SPEC)")
+    pillar = get_pillar(args.pillar)
+    spec = load(args.spec)
+    arts = {a.id: a for a in pillar.artefacts(spec)} if pillar.name in spec.pillars else {}
+    unknown = [a for a in args.artefact if a not in arts]
+    if unknown:
+        some = ", ".join(list(arts)[:5]) or "none"
+        raise SystemExit(
+            f"no {pillar.name} artefact {unknown[0]!r} in {args.spec}; its artefacts are "
+            f"e.g. {some}"
+        )
+    for i, artefact_id in enumerate(args.artefact, 1):
+        print(f"[{i}/{len(args.artefact)}]", end=" ", flush=True)
+        build_artefact(spec, pillar, arts[artefact_id], args.threads)
     return 0
 
 
@@ -250,6 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch threads, overriding the spec's (the Snakefile passes Snakemake's threads)",
     )
     r.set_defaults(func=_cmd_run)
+
+    bd = sub.add_parser("build", help="build artefacts of a pillar (models that cells read)")
+    bd.add_argument("pillar")
+    bd.add_argument("--artefact", action="append", required=True, help="artefact id (repeatable)")
+    bd.add_argument("--spec", default=os.environ.get("SPARSEBENCH_SPEC"))
+    bd.add_argument("--threads", type=int, default=None)
+    bd.set_defaults(func=_cmd_build)
 
     pl_ = sub.add_parser("pillars", help="list registered pillars, spec keys and metrics")
     pl_.set_defaults(func=_cmd_pillars)

@@ -156,3 +156,30 @@ def run_batch(
         say(f"[{i}/{len(cells)}] [{record['status']}] {pillar.name} {cell.label}{secs}{error}")
     say(f"{len(cells)} cell(s) of {pillar.name} in {time.perf_counter() - t0:.1f} s")
     return records
+
+
+def build_artefact(spec, pillar: Pillar, artefact, threads: int | None = None) -> float:
+    """Build one artefact of ``pillar`` in this process (``sparsebench build``); returns its
+    wall-clock seconds. A failure propagates (the Snakemake job fails, its log has the error)
+    after removing any output the pillar left behind, so a rerun builds it again."""
+    import signal
+
+    import torch
+
+    torch.set_num_threads(threads or artefact.threads)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
+    print(f"building {pillar.name} {artefact.label} ...", flush=True)
+    t0 = time.perf_counter()
+    try:
+        pillar.build(spec, artefact)
+    except BaseException:
+        for out in artefact.outputs:
+            Path(out).unlink(missing_ok=True)
+        raise
+    missing = [o for o in artefact.outputs if not Path(o).is_file()]
+    if missing:
+        raise RuntimeError(f"{pillar.name} artefact {artefact.id}: build wrote no {missing}")
+    took = time.perf_counter() - t0
+    print(f"built {pillar.name} {artefact.label} in {took:.1f} s", flush=True)
+    return took

@@ -5,6 +5,9 @@
 ``results/<bench>/<pillar>/leaderboard.{md,csv,json}``    the board, and its plots ``*.png``
 ``results/<bench>/<pillar>/logs/<batch>.log``             the log of one job (a batch of cells)
 ``results/<bench>/summary.md``                            every pillar's board, top rows
+``results/artefacts/<pillar>/<artefact id>/...``           models and data cells read, made once
+                                                          and shared by every benchmark
+                                                          (elsewhere: $SPARSEBENCH_ARTEFACTS)
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from pathlib import Path
 
 RESULTS = "results"
 RECORD = "record.json"
+ARTEFACTS = "artefacts"  # results/artefacts/: not a benchmark name (spec.py refuses it)
+ARTEFACTS_ENV = "SPARSEBENCH_ARTEFACTS"
 BOARD_FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.json")
 
 
@@ -58,6 +63,23 @@ def board_files(bench: str, pillar: str, plots=(), root: str | Path = RESULTS) -
 
 def log(bench: str, pillar: str, batch: str, root: str | Path = RESULTS) -> Path:
     return pillar_dir(bench, pillar, root) / "logs" / f"{batch}.log"
+
+
+def artefact_root() -> Path:
+    """``results/artefacts``, or ``$SPARSEBENCH_ARTEFACTS`` (tests, or a shared cache)."""
+    import os
+
+    return Path(os.environ.get(ARTEFACTS_ENV) or Path(RESULTS) / ARTEFACTS)
+
+
+def artefact(pillar: str, artefact_id: str, name: str = "") -> Path:
+    """The folder of artefact ``artefact_id`` of ``pillar`` (or the file ``name`` in it)."""
+    folder = artefact_root() / pillar / check_cell_id(artefact_id)
+    return folder / name if name else folder
+
+
+def artefact_log(pillar: str, job_name: str) -> Path:
+    return artefact_root() / pillar / "logs" / f"{job_name}.log"
 
 
 def summary(bench: str, root: str | Path = RESULTS) -> Path:

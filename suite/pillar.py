@@ -10,6 +10,11 @@ docs/architecture.md for the flow of one job and a worked example):
   a readable label, the parameters that are its rerun trigger, its threads, the artefacts it
   depends on (Snakemake inputs made by other rules), and a batch key: cells with the same key
   share their expensive set-up in one process (:meth:`Pillar.cells`);
+* its **artefacts**: files that other rules make once and cells read (a trained base model,
+  fine-tuned experts, cached activations): :meth:`Pillar.artefacts` lists them with their
+  inputs (other artefacts), :meth:`Pillar.build` makes one; they live under
+  ``results/artefacts/<pillar>/`` (shared by every benchmark: an artefact's id carries a hash
+  of what defines it, so two specs asking for the same base model train it once);
 * its **job**: :meth:`Pillar.prepare` (once per batch) and :meth:`Pillar.run_cell` (cell ->
   metric columns); the spine writes the record, a failed or diverged one on error;
 * its **table**: a pandera model extending :class:`~sparsebench.suite.schemas.CommonSchema`
@@ -46,6 +51,7 @@ BUILTIN_PILLARS: dict[str, str] = {
     "classification": "sparsebench.suite.pillars.classification:ClassificationPillar",
     "hessian": "sparsebench.suite.pillars.hessian:HessianPillar",
     "kernels": "sparsebench.suite.pillars.kernels:KernelsPillar",
+    "merging": "sparsebench.suite.pillars.merging:MergingPillar",
 }
 PLUGINS_ENV = "SPARSEBENCH_PLUGINS"
 
@@ -119,6 +125,35 @@ class Cell:
         return hashlib.sha1(blob).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Artefact:
+    """A file set one Snakemake job makes once and cells (or other artefacts) read.
+
+    Attributes:
+        pillar: the pillar's registered name.
+        id: stable ``/``-separated path under ``results/artefacts/<pillar>/``; it must change
+            when anything that defines the artefact changes (put a hash of that in it), since
+            an existing artefact is never rebuilt.
+        label: readable one-line description (progress output).
+        outputs: the files it writes (paths under its folder, from :func:`paths.artefact`).
+        inputs: files it reads (other artefacts' outputs).
+        threads: torch threads of the job.
+        params: what defines it (JSON-able), handed back to :meth:`Pillar.build`.
+        batch: artefacts with the same key that are both missing are built by one job (one
+            interpreter start for, say, all experts of a seed), in :meth:`Pillar.artefacts`
+            order; none may read another's outputs. Default: its own id.
+    """
+
+    pillar: str
+    id: str
+    label: str
+    outputs: tuple[str, ...]
+    inputs: tuple[str, ...] = ()
+    threads: int = 1
+    params: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    batch: str = ""
+
+
 class Pillar:
     """Base class of a pillar; override what your pillar needs (see the module docstring).
 
@@ -174,6 +209,16 @@ class Pillar:
     def cells(self, spec: Spec) -> list[Cell]:
         """Every cell of the spec, in a stable order."""
         raise NotImplementedError
+
+    def artefacts(self, spec: Spec) -> list[Artefact]:
+        """Every artefact the spec's cells need (default none); a cell names the files it reads
+        in :attr:`Cell.inputs`."""
+        return []
+
+    def build(self, spec: Spec, artefact: Artefact) -> None:
+        """Make ``artefact``'s outputs (each written atomically: a crash leaves none). Raise
+        on failure: the Snakemake job fails with the error in its log, nothing is written."""
+        raise NotImplementedError(f"pillar {self.name!r} declares artefacts but cannot build")
 
     def prepare(self, spec: Spec, cells: Sequence[Cell]) -> Any:
         """Set-up shared by the cells of one batch (data, models); passed to run_cell."""

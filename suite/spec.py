@@ -113,7 +113,7 @@ def _format_schema_error(err: jsonschema.ValidationError, schema: dict, source: 
     if err.validator == "pattern":
         return (
             f"{source}: {where}: name {err.instance!r} is not allowed; use letters, digits, "
-            "'_', '.' and '-' (not only dots: it names a folder)"
+            "'_', '.' and '-' (not only dots, and not 'artefacts': it names a folder)"
         )
     if err.validator in ("oneOf", "anyOf"):
         options = "; or ".join(_describe_schema(sub) for sub in err.validator_value)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparsebench.suite import paths
-from sparsebench.suite.pillar import Cell, get_pillar
+from sparsebench.suite.pillar import Artefact, Cell, get_pillar
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,48 @@ def batches(bench: str, cells: dict[str, list[Cell]], cores: int | None) -> dict
             suffix = f".{i + 1}of{n}" if n > 1 else ""
             old = tuple(c.id for c in part if (pillar_name, c.id) in stale)
             out[pillar_name].append(Batch(pillar_name, base + suffix, part, threads, old))
+    return out
+
+
+@dataclass(frozen=True)
+class ArtefactBatch:
+    """Missing artefacts of one pillar built by one job (one interpreter start)."""
+
+    pillar: str
+    name: str  # the Snakemake rule's name
+    artefacts: tuple[Artefact, ...]
+    threads: int
+
+    @property
+    def outputs(self) -> list[str]:
+        return [o for a in self.artefacts for o in a.outputs]
+
+    @property
+    def inputs(self) -> list[str]:
+        own = set(self.outputs)
+        return sorted({i for a in self.artefacts for i in a.inputs} - own)
+
+
+def artefact_batches(artefacts: dict[str, list[Artefact]]) -> list[ArtefactBatch]:
+    """The artefacts (pillar -> list) with a missing output, grouped by pillar, batch key and
+    threads. Artefacts whose outputs all exist get no rule: their files are plain inputs, so
+    an existing artefact is never rebuilt (its id changes when what defines it changes)."""
+    groups: dict[tuple[str, str, int], list[Artefact]] = {}
+    for pillar, arts in artefacts.items():
+        ids = [a.id for a in arts]
+        if len(set(ids)) < len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"pillar {pillar!r} declares artefact {dup!r} twice")
+        for a in arts:
+            if not all(Path(o).is_file() for o in a.outputs):
+                groups.setdefault((pillar, a.batch or a.id, a.threads), []).append(a)
+    out, used = [], set()
+    for (pillar, key, threads), group in groups.items():
+        name = "artefact_" + re.sub(r"[^A-Za-z0-9_]+", "_", f"{pillar}_{key}")
+        if name in used:
+            name += "_" + hashlib.sha1(f"{key}|{threads}".encode()).hexdigest()[:6]
+        used.add(name)
+        out.append(ArtefactBatch(pillar, name, tuple(group), threads))
     return out
 
 

@@ -8,7 +8,7 @@ import sys
 from sparsebench.suite import paths
 from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
-from sparsebench.suite.workflow import batches, load_plan, save_plan, write_stale_markers
+from sparsebench.suite.workflow import artefact_batches, batches, load_plan, save_plan, write_stale_markers
 
 
 def _load_spec():
@@ -45,6 +45,7 @@ _CONDA = any("conda" in str(m).lower() for m in workflow.deployment_settings.dep
 PYTHON = "python" if _CONDA else shlex.quote(sys.executable)
 PILLARS = {name: get_pillar(name) for name in SPEC.pillars}
 CELLS = {name: p.cells(SPEC) for name, p in PILLARS.items()}
+ARTEFACT_BATCHES = artefact_batches({name: p.artefacts(SPEC) for name, p in PILLARS.items()})
 RECORDS = {
     name: sorted(str(paths.record(BENCH, name, c.id)) for c in cells)
     for name, cells in CELLS.items()

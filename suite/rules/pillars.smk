@@ -1,6 +1,33 @@
-# The generic rules of every pillar: its pending cells in batches (one job each, one record
-# per cell), then aggregate -> leaderboard per pillar, then summary.md. Expanded from the
-# pillar registry; no rule names a pillar.
+# The generic rules of every pillar: its artefacts (models cells read, made once), its pending
+# cells in batches (one job each, one record per cell), then aggregate -> leaderboard per
+# pillar, then summary.md. Expanded from the pillar registry; no rule names a pillar.
+
+# Every missing artefact has a rule (artefacts of one batch key share a job); Snakemake runs it
+# only when a pending cell (or another artefact) needs one of its files.
+for _ab in ARTEFACT_BATCHES:
+
+    rule:
+        name:
+            _ab.name
+        input:
+            _ab.inputs,
+        output:
+            _ab.outputs,
+        log:
+            str(paths.artefact_log(_ab.pillar, _ab.name)),
+        params:
+            artefacts=" ".join(f"--artefact {shlex.quote(a.id)}" for a in _ab.artefacts),
+            pillar=_ab.pillar,
+            python=PYTHON,
+            spec=shlex.quote(SPEC_FILE),
+        threads: _ab.threads
+        priority: 100  # before any cell: cells wait on artefacts
+        conda:
+            CONDA_ENV
+        shell:
+            "{params.python} -m sparsebench.suite.cli build {params.pillar} {params.artefacts} "
+            "--spec {params.spec} --threads {threads} >> {log} 2>&1"
+
 
 for _pillar, _batches in BATCHES.items():
     for _batch in _batches:

@@ -10,17 +10,17 @@ exact), ``truncated`` (colored with a pattern of K − 1 hops: an explicit appro
 from __future__ import annotations
 
 import math
-import resource
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
+
+from sparsebench.suite.memory import peak_mb, reset_peak
 
 EXACT_RTOL = 1e-8  # a colored Hessian further than this from its reference is a failed job
 
@@ -116,7 +116,7 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
             max_abs_err=0.0,
             rel_err=0.0,
             err_reference="self",
-            peak_mem_mb=_peak_mb(),
+            peak_mem_mb=peak_mb(),
         )
         return out
 
@@ -142,7 +142,7 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         t_hvp_s=t_hvp,
         t_decompress_s=t_dec,
         wall_s=wall,
-        peak_mem_mb=_peak_mb(),
+        peak_mem_mb=peak_mb(),
     )  # before any dense reference: this method's own peak
     if n <= job.dense_max_atoms:
         dense = dense_reference()
@@ -163,28 +163,6 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
             f"(vs {out['err_reference']}); the sparsity pattern misses nonzeros"
         )
     return out
-
-
-def reset_peak() -> bool:
-    """Reset this process's peak resident memory (Linux: ``5`` into /proc/self/clear_refs
-    resets VmHWM), so that each cell of a batch reports its own peak. False where it cannot."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def _peak_mb() -> float:
-    """Peak resident memory of this process since the last :func:`reset_peak` (MiB): VmHWM of
-    /proc/self/status, else ru_maxrss (the whole process's life; Linux reports it in KiB)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def run_hessian_job(job: HessianJob, threads: int = 1) -> dict[str, Any]:

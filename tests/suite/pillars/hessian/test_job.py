@@ -141,10 +141,10 @@ def test_mistyped_potential_parameter_is_refused():
 def test_peak_memory_is_per_cell():
     import numpy as np
 
-    from sparsebench.suite.pillars.hessian.job import _peak_mb, reset_peak
+    from sparsebench.suite.memory import peak_mb, reset_peak
 
     big = np.ones(20_000_000)  # 160 MB
-    high = _peak_mb()
+    high = peak_mb()
     del big
     if reset_peak():  # Linux: the next cell of a batch does not inherit this peak
-        assert _peak_mb() < high - 100
+        assert peak_mb() < high - 100
