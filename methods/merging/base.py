@@ -159,6 +159,12 @@ class MergingMethod:
     data_free: ClassVar[bool] = True
     uses_experts: ClassVar[str] = "standard"
 
+    @classmethod
+    def grid_for(cls, params: Any) -> dict[str, tuple[Any, ...]]:
+        """The grid of the fields left ``None`` in ``params`` (default :attr:`search`; a method
+        whose grid depends on another parameter, such as CASS's host operator, overrides it)."""
+        return cls.search
+
     def merge(self, inputs: MergeInputs, params: Any) -> MergeResult:
         raise NotImplementedError
 

@@ -6,6 +6,7 @@ pillar of tests/toy_pillar.py is registered too: it meets the same contract."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 import tests.toy_pillar  # noqa: F401 - registers the toy pillar
 from sparsebench.suite import paths, registry
-from sparsebench.suite.job import run_batch
+from sparsebench.suite.job import build_artefact, run_batch
 from sparsebench.suite.pillar import all_pillars, pillar_of_family
 from sparsebench.suite.record import COMMON_COLUMNS
 from sparsebench.suite.schemas import CommonSchema
@@ -28,9 +29,28 @@ METHODS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _artefact_cache(tmp_path_factory):
+    """One artefact folder for the module: artefact ids hash what defines them, so the tiny
+    specs of all tests share their base models and experts, built once."""
+    old = os.environ.get(paths.ARTEFACTS_ENV)
+    os.environ[paths.ARTEFACTS_ENV] = str(tmp_path_factory.mktemp("artefacts"))
+    yield
+    if old is None:
+        os.environ.pop(paths.ARTEFACTS_ENV)
+    else:
+        os.environ[paths.ARTEFACTS_ENV] = old
+
+
 def _spec(tmp_path, pillar, method=None):
     data = {"benchmark": "contract", "data_root": str(tmp_path / "data"), **pillar.example(method)}
-    return validate(data, source="contract.yaml")
+    spec = validate(data, source="contract.yaml")
+    for art in pillar.artefacts(spec):  # in declaration order: a pillar lists inputs first
+        assert art.pillar == pillar.name and art.outputs
+        assert all(Path(o).is_relative_to(paths.artefact_root()) for o in art.outputs)
+        if not all(Path(o).is_file() for o in art.outputs):
+            build_artefact(spec, pillar, art)
+    return spec
 
 
 @pytest.mark.parametrize("name", PILLARS)

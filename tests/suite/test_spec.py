@@ -42,12 +42,13 @@ def _with(**changes):
 
 def test_default_spec_is_valid_and_expands():
     spec = load(DEFAULT_SPEC)
-    assert spec.pillars == ("classification", "hessian", "kernels")
+    assert spec.pillars == ("classification", "hessian", "kernels", "merging")
     cells = spec.cells("classification")
     # (6 sparse methods + a second SET setting) x 4 sparsities x 3 seeds + dense x 3 seeds
     assert len(cells) == 7 * 4 * 3 + 3
     every = spec.cells()
-    assert len(every) == len(cells) + 16 + 3  # the hessian and kernels slices
+    # the hessian, kernels and merging slices (3 references + 5 methods, one seed)
+    assert len(every) == len(cells) + 16 + 3 + 8
     records = {paths.record(spec.benchmark, c.pillar, c.id) for c in every}
     assert len(records) == len(every)
 

@@ -1,0 +1,318 @@
+"""CASS: contribution-aware structured sparsity, a head/neuron filter in front of Task
+Arithmetic, TIES and DARE, and CASS-Tuning (our implementation of a paper whose method is
+public only through its abstract)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+
+from sparsebench.suite import registry
+from sparsebench.suite.registry import register
+
+from ._data import loss_gradient, memo, read, require_data
+from .base import Group, MergeInputs, MergeResult, MergingMethod, StateDict, group_masks
+from .dare import P_GRID  # importing the hosts registers them before host_merge looks them up
+from .task_arithmetic import LAMBDA_GRID
+from .ties import TIES_LAMBDA_GRID
+
+KEEP_GRID = (0.25, 0.5, 0.75)  # ours: fraction of heads / neurons kept per (layer, kind)
+
+CassHost = Literal["task_arithmetic", "ties", "dare_ta", "dare_ties"]
+
+
+# ------------------------------------------------------------------------------------ scores
+def _group_sum(values: Mapping[str, torch.Tensor], g: Group) -> float:
+    """Σ of ``values`` over the entries group ``g`` owns."""
+    return float(sum(values[key].narrow(dim, a, b - a).sum() for key, dim, a, b in g.slices))
+
+
+def contribution_scores(
+    grad: Mapping[str, torch.Tensor], tv: Mapping[str, torch.Tensor], groups: Sequence[Group]
+) -> torch.Tensor:
+    """c(g) = −⟨∇L(θ0)[g], τ[g]⟩ for every group, shape (len(groups),) float64: the first-order
+    Taylor estimate of the loss reduction L(θ0) − L(θ0 + τ[g]) that g's slice of τ brings."""
+    prod = {k: (grad[k] * tv[k]).double() for k in tv}
+    return torch.tensor([-_group_sum(prod, g) for g in groups], dtype=torch.float64)
+
+
+def gradient_scores(grad: Mapping[str, torch.Tensor], groups: Sequence[Group]) -> torch.Tensor:
+    """c(g) = ‖∇L(θ0)[g]‖² for every group, shape (len(groups),) float64: the first-order gain
+    of one gradient step restricted to g (CASS-Tuning: no τ exists before fine-tuning)."""
+    sq = {k: v.double() ** 2 for k, v in grad.items()}
+    return torch.tensor([_group_sum(sq, g) for g in groups], dtype=torch.float64)
+
+
+def select_groups(groups: Sequence[Group], scores: torch.Tensor, keep: float) -> list[int]:
+    """Indices (into ``groups``) of the top ceil(keep · count) groups by score within every
+    (layer, kind), at least one per (layer, kind); equal scores keep the lower index."""
+    if not 0.0 < keep <= 1.0:
+        raise ValueError(f"keep must be in (0, 1], got {keep}")
+    by_unit: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, g in enumerate(groups):
+        by_unit[(g.layer, g.kind)].append(i)
+    chosen: list[int] = []
+    for members in by_unit.values():
+        n_keep = max(1, math.ceil(keep * len(members) - 1e-9))
+        s = scores[members]
+        order = torch.argsort(-s, stable=True)[:n_keep]
+        chosen += [members[int(j)] for j in order]
+    return sorted(chosen)
+
+
+def structured_mask(
+    base: Mapping[str, torch.Tensor], groups: Sequence[Group], selected: Sequence[int]
+) -> StateDict:
+    """Boolean mask (trunk keys and shapes, CPU): True on the entries of the ``selected``
+    groups and on every entry no group covers (embeddings, norms, positions, output biases:
+    kept dense), False on the entries of the other groups."""
+    mask = group_masks(base, groups, value=False)  # grouped entries False, ungrouped True
+    for i in selected:
+        groups[i].mask_into(mask, True)
+    return mask
+
+
+def contribution_masks(
+    base: Mapping[str, torch.Tensor],
+    task_vectors: Sequence[Mapping[str, torch.Tensor]],
+    groups: Sequence[Group],
+    grads: Sequence[Mapping[str, torch.Tensor]],
+    keep: float,
+) -> list[StateDict]:
+    """CASS masks per task t: the groups of largest contribution c_t(g) = −⟨∇L_t(θ0)[g],
+    τ_t[g]⟩ (``grads[t]`` = ∇L_t at θ0) within each (layer, kind), plus ungrouped entries."""
+    out = []
+    for g, tv in zip(grads, task_vectors):
+        chosen = select_groups(groups, contribution_scores(g, tv, groups), keep)
+        out.append(structured_mask(base, groups, chosen))
+    return out
+
+
+def tuning_masks(
+    base: Mapping[str, torch.Tensor],
+    groups: Sequence[Group],
+    grads: Sequence[Mapping[str, torch.Tensor]] | Mapping[str, torch.Tensor],
+    keep: float,
+) -> list[StateDict] | StateDict:
+    """CASS-Tuning masks, computed before fine-tuning from the gradients at θ0: per task, the
+    groups of largest ‖∇L_t(θ0)[g]‖² within each (layer, kind) (at least one), plus ungrouped
+    entries. ``grads``: one gradient state dict per task (returns one mask per task) or a
+    single gradient state dict (returns its mask), shapes as the trunk: ∇L_t at θ0 of the mean
+    cross-entropy on task t's train examples with its head (e.g. ``loss_gradient(data, θ0, t,
+    x, y)``, importable from this module). Masks are boolean, trunk keys and shapes, on CPU.
+    The pillar trains expert t with the gradients outside mask t set to zero."""
+    if isinstance(grads, Mapping):
+        chosen = select_groups(groups, gradient_scores(grads, groups), keep)
+        return structured_mask(base, groups, chosen)
+    return [tuning_masks(base, groups, g, keep) for g in grads]  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------------------------- hosts
+_HOST_FIELDS = {
+    "task_arithmetic": ("lam",),
+    "ties": ("k", "lam"),
+    "dare_ta": ("p", "lam"),
+    "dare_ties": ("p", "k", "lam"),
+}
+
+
+def host_search(host: str) -> dict[str, tuple[Any, ...]]:
+    """The grids of the host fields for ``host``: λ over the host's grid, DARE's p over
+    :data:`P_GRID`; a host that does not take p gets ``(None,)`` (p stays None, unused)."""
+    return {
+        "lam": TIES_LAMBDA_GRID if host in ("ties", "dare_ties") else LAMBDA_GRID,
+        "p": P_GRID if host.startswith("dare") else (None,),
+    }
+
+
+def host_merge(
+    host: str, inputs: MergeInputs, experts: Sequence[StateDict], params: Any
+) -> MergeResult:
+    """Merge ``experts`` with the registered host method ``host`` and the host fields of
+    ``params`` (lam, k, p as the host takes them); the other inputs (base, data, seed) are
+    ``inputs``'."""
+    info = registry.registered("merging").get(host) or registry.get_method(host, ("merging",))
+    values = {f: getattr(params, f) for f in _HOST_FIELDS[host]}
+    missing = [f for f, v in values.items() if v is None]
+    if missing:
+        raise ValueError(f"host {host!r} needs resolved {missing} (got None)")
+    host_params = info.params_cls(**values)
+    check = getattr(host_params, "validate", None)
+    if check is not None:
+        check()
+    sub = MergeInputs(
+        base=inputs.base,
+        experts=list(experts),
+        tasks=inputs.tasks,
+        groups=inputs.groups,
+        data=inputs.data,
+        seed=inputs.seed,
+    )
+    return info.cls().merge(sub, host_params)
+
+
+class _HostParamsMixin:
+    """:meth:`grid_for` by host: the class-level ``search`` holds the default host's (Task
+    Arithmetic) grids; ``grid_for(params)`` those of ``params.host``."""
+
+    search: ClassVar[dict[str, tuple[Any, ...]]]
+
+    @classmethod
+    def grid_for(cls, params: Any) -> dict[str, tuple[Any, ...]]:
+        out = host_search(params.host)
+        if "keep" in cls.search:
+            out["keep"] = cls.search["keep"]
+        return out
+
+
+def _validate_host_fields(p: Any) -> None:
+    if p.lam is not None and p.lam < 0:
+        raise ValueError(f"lam must be >= 0, got {p.lam}")
+    if not 0.0 < p.k <= 1.0:
+        raise ValueError(f"k must be in (0, 1], got {p.k}")
+    if p.p is not None and not 0.0 <= p.p < 1.0:
+        raise ValueError(f"p must be in [0, 1), got {p.p}")
+
+
+@register("cass", pillar="merging")
+class Cass(_HostParamsMixin, MergingMethod):
+    """CASS (Contribution-Aware Structured Sparsity) as a plug-in filter: for each task, keep
+    only the attention heads and FFN / hidden neurons that contribute most to that task,
+    then merge the filtered experts with a host method (Task Arithmetic, TIES, DARE).
+
+    Everything below the first sentence is OUR specification (the paper's method is public
+    only through its abstract):
+
+    * contribution of group g (a :class:`Group` of ``inputs.groups``) to task t: the
+      first-order Taylor estimate of the loss reduction that g's slice of τ_t brings at θ0,
+      c_t(g) = −⟨∇_θ L_t(θ0), τ_t[g]⟩, L_t the mean cross-entropy of θ0 with task t's head on
+      the first ``n_examples`` train examples of task t;
+    * within each (layer, kind), the top ceil(keep · count) groups by c_t are kept (at least
+      one; equal scores keep the lower index);
+    * the filtered vector is τ_t on the kept groups and on every entry no group covers
+      (embeddings, positions, norms, output biases: ungrouped, kept dense), 0 elsewhere;
+    * the host ``host`` (a registered merging method) merges the filtered experts
+      θ0 + m_t ∘ τ_t with its own parameters ``lam`` (all hosts), ``k`` (TIES trim) and ``p``
+      (DARE drop rate); None: searched over the host's grid.
+
+    Defaults: host Task Arithmetic, keep searched over {0.25, 0.5, 0.75} (ours), λ over the
+    host's grid (TA, DARE-TA: 0.05, ..., 1.00; TIES, DARE-TIES: 0.1, ..., 2.5, see ties.py), p over
+    {0.1, 0.3, 0.5, 0.7, 0.9} (DARE hosts; other hosts leave it None), k = 0.2, n_examples =
+    1024 (ours). The class-level ``search`` holds the default host's grids; :meth:`grid_for`
+    gives the chosen host's. ∇L_t(θ0) is computed once per ``MergeInputs`` (memoised across
+    the grid points of one selection: it depends on neither keep nor the host). Task
+    vectors: the host's (for TA the filtered m_t ∘ τ_t); ``info``: the mask density per task.
+
+    Source: "Contribution-Aware Structured Sparsity" (2026; abstract only: "a
+    contribution-aware structured mask selecting task-relevant attention heads and FFN
+    neurons per task, used as a plug-in filter in front of TA, TIES and DARE"); scoring,
+    selection and host application are ours (see the docstring).
+    """
+
+    data_free = False
+    search = {"keep": KEEP_GRID, **host_search("task_arithmetic")}
+
+    @dataclass
+    class Params:
+        host: CassHost = "task_arithmetic"
+        keep: float | None = None  # None: chosen on validation over KEEP_GRID
+        lam: float | None = None  # host λ; None: chosen over the host's grid
+        k: float = 0.2  # TIES trim fraction (hosts ties, dare_ties)
+        p: float | None = None  # DARE drop rate (hosts dare_*); None: chosen over P_GRID
+        n_examples: int = 1024  # train examples per task for ∇L_t(θ0)
+
+        def validate(self) -> None:
+            if self.keep is not None and not 0.0 < self.keep <= 1.0:
+                raise ValueError(f"keep must be in (0, 1], got {self.keep}")
+            if self.n_examples < 1:
+                raise ValueError(f"n_examples must be >= 1, got {self.n_examples}")
+            _validate_host_fields(self)
+
+    def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
+        require_data(inputs, "cass")
+        if not inputs.groups:
+            raise ValueError("cass needs the trunk's groups (MergeInputs.groups is empty)")
+        if params.keep is None:
+            raise ValueError("cass needs a resolved keep (got None)")
+        grads, read_n = memo(  # ∇L_t(θ0) does not depend on keep or the host's parameters
+            inputs, ("cass_grads", params.n_examples), lambda: _gradients(inputs, params.n_examples)
+        )
+        tvs = inputs.task_vectors()
+        masks = contribution_masks(inputs.base, tvs, inputs.groups, grads, params.keep)
+        filtered = [  # θ0 + m_t ∘ τ_t, taken as θ_t on kept entries and θ0 elsewhere
+            {k: torch.where(m[k].to(e[k].device), e[k], inputs.base[k]) for k in inputs.base}
+            for e, m in zip(inputs.experts, masks)
+        ]
+        res = host_merge(params.host, inputs, filtered, params)
+        res.examples += read_n
+        res.info = {
+            **res.info,
+            "mask_density": [_density(m) for m in masks],
+            "host": params.host,
+        }
+        return res
+
+
+@register("cass_tuning", pillar="merging")
+class CassTuning(_HostParamsMixin, MergingMethod):
+    """CASS-Tuning: experts fine-tuned under CASS gradient masks (``uses_experts =
+    "cass_tuned"``), merged by the host method with no further filtering.
+
+    OUR specification (the paper is public only through its abstract: "CASS-Tuning, where
+    masks constrain fine-tuning gradients"): before fine-tuning no τ exists, so the mask of
+    task t keeps, within each (layer, kind), the top ceil(keep · count) groups by
+    ‖∇L_t(θ0)[g]‖² (the first-order gain of one gradient step restricted to g; at least one)
+    plus every ungrouped entry (:func:`tuning_masks`); the pillar computes ∇L_t at θ0, builds
+    the masks with ``keep`` and trains expert t with the gradients outside its mask zeroed.
+    ``merge`` then combines those experts with ``host`` and its ``lam`` / ``k`` / ``p``.
+
+    Defaults (ours): keep = 0.5 (fixed: the pillar needs it before training, so it is not
+    searched), host Task Arithmetic with λ over its grid (TIES hosts: 0.1, ..., 2.5, see
+    ties.py), p over {0.1, ..., 0.9}, k = 0.2. Task vectors: the host's.
+
+    Source: "Contribution-Aware Structured Sparsity" (2026; abstract only: "CASS-Tuning, where
+    masks constrain fine-tuning gradients"); the gradient-norm selection is ours.
+    """
+
+    uses_experts = "cass_tuned"
+    search = host_search("task_arithmetic")
+
+    @dataclass
+    class Params:
+        host: CassHost = "task_arithmetic"
+        keep: float = 0.5  # fraction of heads / neurons per (layer, kind) left trainable
+        lam: float | None = None  # host λ; None: chosen over the host's grid
+        k: float = 0.2  # TIES trim fraction (hosts ties, dare_ties)
+        p: float | None = None  # DARE drop rate (hosts dare_*); None: chosen over P_GRID
+
+        def validate(self) -> None:
+            if not 0.0 < self.keep <= 1.0:
+                raise ValueError(f"keep must be in (0, 1], got {self.keep}")
+            _validate_host_fields(self)
+
+    def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
+        res = host_merge(params.host, inputs, inputs.experts, params)
+        res.info = {**res.info, "host": params.host, "keep": params.keep}
+        return res
+
+
+def _gradients(inputs: MergeInputs, n: int) -> tuple[list[StateDict], int]:
+    """∇L_t(θ0) per task t (mean cross-entropy on its first n train examples) and the number
+    of examples read."""
+    data = require_data(inputs, "cass")
+    grads, read_n = [], 0
+    for t in range(len(inputs.experts)):
+        x, y = read(data, t, "train", n)
+        read_n += x.shape[0]
+        grads.append(loss_gradient(data, inputs.base, t, x, y))
+    return grads, read_n
+
+
+def _density(mask: Mapping[str, torch.Tensor]) -> float:
+    total = sum(m.numel() for m in mask.values())
+    return sum(int(m.sum()) for m in mask.values()) / total if total else 0.0

@@ -1,0 +1,119 @@
+"""DARE (Drop And REscale) in front of Task Arithmetic and TIES (Yu et al. 2024)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from sparsebench.suite.registry import register
+
+from .base import MergeInputs, MergeResult, MergingMethod, StateDict, add_scaled, combine
+from .task_arithmetic import LAMBDA_GRID
+from .ties import TIES_LAMBDA_GRID, ties_vector
+
+# The official code (github.com/yule-BUAA/MergeLM, merge_plms_glue.py, "mask_merging") searches
+# the drop rate over {0.1, 0.3, 0.5, 0.7, 0.9}.
+P_GRID = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
+def task_generator(seed: int, task: int) -> torch.Generator:
+    """The CPU generator of task ``task``'s drop mask: a function of (seed, task) only."""
+    return torch.Generator().manual_seed(int(seed) * 1_000_003 + int(task))
+
+
+def dare(vectors: Sequence[Mapping[str, torch.Tensor]], p: float, seed: int) -> list[StateDict]:
+    """DARE (Sec. 3): for each task t and entry, m ~ Bernoulli(p) (drop), τ̃ = (1 − m) ⊙ τ,
+    τ̂ = τ̃ / (1 − p), so E[τ̂] = τ. The masks come from ``task_generator(seed, t)``, drawn over
+    the vector's keys in their order (uniforms on CPU, kept if u >= p); p = 0 keeps τ exactly.
+    New tensors."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"drop rate p must be in [0, 1), got {p}")
+    out: list[StateDict] = []
+    for t, tv in enumerate(vectors):
+        g = task_generator(seed, t)
+        d: StateDict = {}
+        for key, v in tv.items():
+            keep = torch.rand(v.shape, generator=g) >= p
+            d[key] = torch.where(keep.to(v.device), v / (1.0 - p), torch.zeros_like(v))
+        out.append(d)
+    return out
+
+
+@register("dare_ta", pillar="merging")
+class DareTA(MergingMethod):
+    """DARE + Task Arithmetic: drop each entry of every τ_t with probability p and rescale the
+    survivors by 1/(1 − p) (Sec. 3), then θ = θ0 + λ Σ_t τ̂_t.
+
+    Defaults: p and λ chosen on validation, p over {0.1, 0.3, 0.5, 0.7, 0.9} (the official
+    code's grid), λ over Task Arithmetic's grid 0.05, ..., 1.00. The official protocol tunes
+    the host's λ without DARE first and then p with λ fixed; here the pillar searches both.
+    The drop masks are a function of ``MergeInputs.seed`` and the task index. Task vectors:
+    the dropped-and-rescaled τ̂_t.
+
+    Source: Yu, Yu, Yu, Huang, Li, "Language Models are Super Mario: Absorbing Abilities from
+    Homologous Models as a Free Lunch", ICML 2024, Sec. 3 (drop and rescale: m ~ Bernoulli(p),
+    τ̂ = (1 − m) ⊙ τ / (1 − p)); code github.com/yule-BUAA/MergeLM.
+    """
+
+    search = {"p": P_GRID, "lam": LAMBDA_GRID}
+
+    @dataclass
+    class Params:
+        p: float | None = None  # drop rate; None: chosen on validation over P_GRID
+        lam: float | None = None  # None: chosen on validation over LAMBDA_GRID
+
+        def validate(self) -> None:
+            if self.p is not None and not 0.0 <= self.p < 1.0:
+                raise ValueError(f"p must be in [0, 1), got {self.p}")
+            if self.lam is not None and self.lam < 0:
+                raise ValueError(f"lam must be >= 0, got {self.lam}")
+
+    def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
+        dropped = dare(inputs.task_vectors(), params.p, inputs.seed)
+        summed = combine(dropped, lambda s: s.sum(0))
+        return MergeResult(state=add_scaled(inputs.base, summed, params.lam), task_vectors=dropped)
+
+
+@register("dare_ties", pillar="merging")
+class DareTies(MergingMethod):
+    """DARE + TIES: drop-and-rescale every τ_t (Sec. 3), then the whole of TIES-Merging on
+    the results (trim to the top-k magnitudes, elect sign, disjoint mean), θ = θ0 + λ τ_m.
+
+    TIES' trim step is applied after DARE, as in the DARE paper's own code (its
+    ``mask_merging`` with ``ties_merging`` passes the DARE-ed models to the full TIES with its
+    magnitude mask rate) and FusionBench's ``DareTiesMerging``; mergekit's ``dare_ties``
+    replaces the trim by DARE instead (k = 1.0 here reproduces that). With p >= 1 − k the
+    trim keeps every surviving entry.
+
+    Defaults: k = 0.2 (TIES' default), p chosen on validation over {0.1, 0.3, 0.5, 0.7, 0.9},
+    λ over TIES' grid 0.1, ..., 2.5 (the paper's 0.8, ..., 2.5 extended below: see ties.py).
+    Masks from ``MergeInputs.seed`` and the task index. Task vectors: the dropped, rescaled
+    and trimmed vectors.
+
+    Source: Yu, Yu, Yu, Huang, Li, "Language Models are Super Mario: Absorbing Abilities from
+    Homologous Models as a Free Lunch", ICML 2024, Sec. 3 (drop and rescale) with Yadav et
+    al., "TIES-Merging", NeurIPS 2023, Alg. 1; code github.com/yule-BUAA/MergeLM.
+    """
+
+    search = {"p": P_GRID, "lam": TIES_LAMBDA_GRID}
+
+    @dataclass
+    class Params:
+        p: float | None = None  # drop rate; None: chosen on validation over P_GRID
+        k: float = 0.2  # TIES trim: fraction of each (dropped) task vector kept
+        lam: float | None = None  # None: chosen on validation over TIES_LAMBDA_GRID
+
+        def validate(self) -> None:
+            if self.p is not None and not 0.0 <= self.p < 1.0:
+                raise ValueError(f"p must be in [0, 1), got {self.p}")
+            if not 0.0 < self.k <= 1.0:
+                raise ValueError(f"k must be in (0, 1], got {self.k}")
+            if self.lam is not None and self.lam < 0:
+                raise ValueError(f"lam must be >= 0, got {self.lam}")
+
+    def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
+        dropped = dare(inputs.task_vectors(), params.p, inputs.seed)
+        merged, trimmed = ties_vector(dropped, params.k)
+        return MergeResult(state=add_scaled(inputs.base, merged, params.lam), task_vectors=trimmed)

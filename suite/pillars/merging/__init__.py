@@ -1,0 +1,282 @@
+"""The merging pillar: pre-train θ0, fine-tune one expert per task, merge the experts' trunks
+with sparsified task vectors, and read per-task and normalized accuracy next to task-vector
+density and merge cost.
+
+The DAG per (trunk, seed): ``base`` (θ0, rotation pre-training) -> ``expert/<task>`` (head
+probe + fine-tuning) -> ``multitask`` (joint fine-tuning, needs the experts' heads) and
+``cass/<task>`` (CASS-Tuning experts, only when a cell needs them); cells of one (trunk, seed)
+share a process and read those artefacts. See :mod:`.artefacts`, :mod:`.job` and
+docs/merging.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sparsebench.suite import registry
+from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, Plot, register_pillar
+from sparsebench.suite.spec import Spec, SpecError, expand_grid
+
+from . import artefacts as arts
+from .table import COLUMNS
+
+FAMILY = ("merging",)
+EXPERTS_PER_JOB = 4
+
+
+@register_pillar
+class MergingPillar(Pillar):
+    """Model merging with sparsified task vectors: one expert per task fine-tuned from a shared
+    θ0, merged into one trunk by each method; per-task and normalized test accuracy next to
+    task-vector density and merge cost."""
+
+    name = "merging"
+    title = "Model merging"
+    families = FAMILY
+    method_modules = ("sparsebench.methods.merging",)
+    spec_keys = ("merging",)
+    columns = COLUMNS
+    row_key = ("model", "method", "setting_id", "seed")
+    metrics = (
+        Metric("norm_acc", "fraction", True, "mean over tasks of merged ÷ expert test accuracy"),
+        Metric("avg_acc", "fraction", True, "mean over tasks of the test accuracy"),
+        Metric("min_norm_acc", "fraction", True, "worst task's normalized test accuracy"),
+        Metric("avg_loss", "nats", False, "mean over tasks of the test cross-entropy"),
+        Metric("val_norm_acc", "fraction", True, "normalized accuracy on validation (selection)"),
+        Metric("density", "fraction", False, "nonzeros of the task vectors the method merged"),
+        Metric("sign_conflict", "fraction", False, "coordinates whose nonzero entries disagree"),
+        Metric("merge_s", "s", False, "wall-clock of the chosen merge (no evaluation)"),
+        Metric("examples", "", False, "data examples a data-dependent method read"),
+        Metric("peak_mem_mb", "MiB", False, "peak resident memory of the cell"),
+    )
+    plots = (
+        Plot("accuracy_heatmap.png", "heatmap.rst"),
+        Plot("density.png", "density.rst"),
+        Plot("lambda_curve.png", "curve.rst"),
+    )
+    batch_max = 8
+
+    # ------------------------------------------------------------------ spec
+    def example(self, method: str | None = None) -> dict[str, Any]:
+        recipe = {"epochs": 1, "lr": 0.001, "batch_size": 128}
+        methods = {method: {}} if method else {"task_arithmetic": {"lam": 0.3}, "ties": {}}
+        return {
+            "merging": {
+                "models": {"mlp": {"kind": "mlp", "width": 32, "depth": 1}},
+                "tasks": ["digits", "digits_mirror"],
+                "methods": methods,
+                "references": ["zero_shot", "individual"],
+                "seeds": [0],
+                "pretrain": recipe,
+                "finetune": recipe,
+                "cass_examples": 32,
+            }
+        }
+
+    def schema(self) -> dict[str, Any]:
+        from .tasks import DEFAULT_TASKS, TASKS
+
+        frag = json.loads(Path(__file__).with_name("section.schema.json").read_text())
+        sec = frag["merging"]
+        recipe = sec.pop("x-recipe")
+        props = sec["properties"]
+        for phase in ("pretrain", "finetune"):
+            props[phase].pop("$recipe")
+            props[phase].update(copy.deepcopy(recipe))
+        props["tasks"]["items"]["enum"] = list(TASKS)
+        props["tasks"]["default"] = list(DEFAULT_TASKS)
+        props["methods"]["propertyNames"]["enum"] = list(registry.all_methods(FAMILY))
+        return frag
+
+    def check(self, spec: Spec) -> None:
+        from sparsebench.suite.data import check_available
+
+        from .models import TrunkConfig
+        from .tasks import TASKS
+
+        sec, src = spec.data["merging"], spec.source
+        for name, model in sec["models"].items():
+            try:
+                TrunkConfig(**model).validate()
+            except ValueError as e:
+                raise SpecError(f"{src}: merging.models.{name}: {e}") from None
+        for method in sec["methods"]:
+            settings(spec, method)  # every Params built: names and types checked here
+        sources = {TASKS[t].source for t in sec["tasks"]}
+        for source in sorted(sources):
+            try:
+                check_available(source, spec.data["data_root"], spec.data["allow_download"])
+            except FileNotFoundError as e:
+                raise SpecError(f"{src}: merging.tasks: {e}") from None
+        if not sec["methods"] and not sec["references"]:
+            raise SpecError(f"{src}: merging: no methods and no references: nothing to run")
+
+    # ------------------------------------------------------------------ artefacts
+    def artefacts(self, spec: Spec) -> list[Artefact]:
+        sec, threads = spec.data["merging"], spec.data["threads"]
+        keeps = sorted({c.columns["cass_keep"] for c in self.cells(spec) if c.columns["cass_keep"]})
+        out = []
+        for model in sec["models"]:
+            for seed in sec["seeds"]:
+                base = arts.base_id(sec, model, seed)
+                common = {"model": model, "seed": seed}
+                out.append(
+                    arts.make(base, f"{model} seed {seed}: θ0", [], threads, kind="base", **common)
+                )
+                experts = []
+                for i, task in enumerate(sec["tasks"]):
+                    # Experts of a seed share jobs, EXPERTS_PER_JOB at a time: one interpreter
+                    # start per few experts, and still a job per core.
+                    chunk = f"{model}/seed{seed}/{i // EXPERTS_PER_JOB}"
+                    eid = arts.expert_id(sec, model, seed, task)
+                    experts.append(arts.files(eid)[0])
+                    out.append(
+                        arts.make(
+                            eid,
+                            f"{model} seed {seed}: expert {task}",
+                            [arts.files(base)[0]],
+                            threads,
+                            f"{chunk}/experts",
+                            kind="expert",
+                            task=task,
+                            **common,
+                        )
+                    )
+                    for keep in keeps:
+                        out.append(
+                            arts.make(
+                                arts.cass_id(sec, model, seed, task, keep),
+                                f"{model} seed {seed}: CASS-Tuning expert {task} keep {keep:g}",
+                                [arts.files(base)[0], arts.files(eid)[0]],
+                                threads,
+                                f"{chunk}/cass-k{keep:g}",
+                                kind="cass",
+                                task=task,
+                                keep=keep,
+                                n_examples=sec["cass_examples"],
+                                **common,
+                            )
+                        )
+                out.append(
+                    arts.make(
+                        arts.multitask_id(sec, model, seed),
+                        f"{model} seed {seed}: multi-task",
+                        [arts.files(base)[0], *experts],
+                        threads,
+                        kind="multitask",
+                        **common,
+                    )
+                )
+        return out
+
+    def build(self, spec: Spec, artefact: Artefact) -> None:
+        from .build import build
+
+        build(spec.data["merging"], spec.data["data_root"], artefact)
+
+    # ------------------------------------------------------------------ cells
+    def cells(self, spec: Spec) -> list[Cell]:
+        sec = spec.data["merging"]
+        tasks = list(sec["tasks"])
+        out = []
+        for model in sec["models"]:
+            for seed in sec["seeds"]:
+                base = arts.files(arts.base_id(sec, model, seed))[0]
+                experts = [arts.files(arts.expert_id(sec, model, seed, t))[0] for t in tasks]
+                rows: list[tuple[str, str, str, str, Any, tuple[str, ...]]] = []
+                for ref in sec["references"]:
+                    inputs = [base, *experts]
+                    if ref == "multitask":
+                        inputs.append(arts.files(arts.multitask_id(sec, model, seed))[0])
+                    rows.append((ref, "{}", "default", "reference", None, tuple(inputs)))
+                for method in sec["methods"]:
+                    info = registry.get_method(method, FAMILY)
+                    for s in settings(spec, method):
+                        keep = getattr(s.params, "keep", None)
+                        if info.cls.uses_experts == "cass_tuned":
+                            files = [
+                                arts.files(arts.cass_id(sec, model, seed, t, keep))[0]
+                                for t in tasks
+                            ]
+                        else:
+                            files, keep = experts, None
+                        params_json = json.dumps(registry.params_to_dict(s.params), sort_keys=True)
+                        rows.append(
+                            (method, params_json, s.setting_id, "merge", (s, keep),
+                             (base, *experts, *files))
+                        )  # fmt: skip
+                for method, params_json, setting_id, kind, extra, inputs in rows:
+                    setting, keep = extra if extra else (None, None)
+                    label = setting.label if setting else "reference"
+                    out.append(
+                        Cell(
+                            pillar=self.name,
+                            id=f"{model}/{method}/{setting_id}/seed{seed}",
+                            label=f"{model} {method} ({label}) seed {seed}",
+                            method=method,
+                            params_json=params_json,
+                            setting_id=setting_id,
+                            seed=seed,
+                            trigger={
+                                "params": params_json,
+                                "inputs": sorted(set(inputs)),
+                                "protocol": 1,
+                            },
+                            threads=spec.data["threads"],
+                            batch=f"{model}/seed{seed}",
+                            inputs=tuple(sorted(set(inputs))),
+                            columns={
+                                "model": model,
+                                "kind": kind,
+                                "tasks": ",".join(tasks),
+                                "n_tasks": len(tasks),
+                                "setting": label,
+                                "cass_keep": keep,
+                            },
+                        )
+                    )
+        return out
+
+    # ------------------------------------------------------------------ job
+    def prepare(self, spec: Spec, cells: Sequence[Cell]) -> Any:
+        """Load θ0, the experts, heads and every task's splits once per (trunk, seed)."""
+        from .prepare import load_state
+
+        return load_state(spec.data["merging"], spec.data["data_root"], cells)
+
+    def run_cell(self, spec: Spec, cell: Cell, state: Any) -> dict[str, Any]:
+        from .job import run_merge, run_reference
+
+        if cell.columns["kind"] == "reference":
+            return run_reference(state.batch(cell), cell.method)
+        info = registry.get_method(cell.method, FAMILY)
+        params = registry.build_params(info, json.loads(cell.params_json), families=FAMILY)
+        return run_merge(state.batch(cell), info.cls, params, cell.seed)
+
+    # ------------------------------------------------------------------ table and board
+    @property
+    def table(self) -> type:
+        from .table import MergingSchema
+
+        return MergingSchema
+
+    def board(self, runs, out_dir: Path) -> dict[str, Path]:
+        from .board import write_leaderboard
+
+        return write_leaderboard(runs, out_dir)
+
+    def summary(self, runs, top: int = 3) -> str:
+        from .board import summary
+
+        return "```\n" + summary(runs, top) + "\n```"
+
+
+def settings(spec: Spec, method: str):
+    """The parameter settings of ``method`` in the spec's merging section (grid expanded)."""
+    info = registry.get_method(method, FAMILY)
+    where = f"{spec.source}: merging.methods.{method}"
+    return expand_grid(info, spec.data["merging"]["methods"][method], where)

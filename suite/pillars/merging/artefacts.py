@@ -1,0 +1,136 @@
+"""The merging pillar's artefacts: θ0, the experts and the multi-task model, per trunk and
+seed, trained once and shared by every benchmark that asks for the same ones.
+
+``results/artefacts/merging/<model>-<h>/seed<s>/base/``                 θ0 (pre-trained trunk)
+``results/artefacts/merging/<model>-<h>/seed<s>/expert-<f>/<task>/``    an expert + its head
+``results/artefacts/merging/<model>-<h>/seed<s>/cass-<f>-k<keep>/<task>/``  CASS-Tuning expert
+``results/artefacts/merging/<model>-<h>/seed<s>/multitask-<f>-<t>/``    joint fine-tuning
+
+``<h>`` hashes the trunk's architecture and the pre-training recipe, ``<f>`` the fine-tuning
+recipe, ``<t>`` the task list: changing any of them names new artefacts (an existing one is
+never rebuilt). Each folder holds ``model.safetensors`` (trunk parameters under their names,
+the task head as ``head.weight``/``head.bias`` for an expert; loaded without unpickling) and
+``meta.json`` (training time, accuracies, the recipe).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+from sparsebench.suite import paths
+from sparsebench.suite.pillar import Artefact
+
+from .config import Recipe, TrunkConfig
+
+PILLAR = "merging"
+MODEL_FILE = "model.safetensors"
+META_FILE = "meta.json"
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def config(spec_section: Mapping[str, Any], model: str) -> TrunkConfig:
+    return TrunkConfig(**spec_section["models"][model])
+
+
+def recipe(spec_section: Mapping[str, Any], phase: str) -> Recipe:
+    return Recipe(**spec_section[phase])
+
+
+def model_id(section: Mapping[str, Any], model: str) -> str:
+    key = {"model": section["models"][model], "pretrain": section["pretrain"], "v": 1}
+    return f"{model}-{_hash(key)}"
+
+
+def base_id(section: Mapping[str, Any], model: str, seed: int) -> str:
+    return f"{model_id(section, model)}/seed{seed}/base"
+
+
+def _ft(section: Mapping[str, Any]) -> str:
+    return _hash(section["finetune"])
+
+
+def expert_id(section: Mapping[str, Any], model: str, seed: int, task: str) -> str:
+    return f"{model_id(section, model)}/seed{seed}/expert-{_ft(section)}/{task}"
+
+
+def cass_id(section: Mapping[str, Any], model: str, seed: int, task: str, keep: float) -> str:
+    return f"{model_id(section, model)}/seed{seed}/cass-{_ft(section)}-k{keep:g}/{task}"
+
+
+def multitask_id(section: Mapping[str, Any], model: str, seed: int) -> str:
+    tasks = _hash(list(section["tasks"]))
+    return f"{model_id(section, model)}/seed{seed}/multitask-{_ft(section)}-{tasks}"
+
+
+def files(artefact_id: str) -> tuple[str, str]:
+    """(model.safetensors, meta.json) of an artefact."""
+    folder = paths.artefact(PILLAR, artefact_id)
+    return str(folder / MODEL_FILE), str(folder / META_FILE)
+
+
+def make(
+    artefact_id: str, label: str, inputs: list[str], threads: int, batch: str = "", **params: Any
+) -> Artefact:
+    """An artefact of the merging pillar; ``params`` (kind, model, seed, task, ...) go to
+    :func:`.build.build`."""
+    return Artefact(
+        PILLAR, artefact_id, label, files(artefact_id), tuple(inputs), threads, params, batch
+    )
+
+
+# ------------------------------------------------------------------ safetensors I/O
+def save(artefact_id: str, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> None:
+    """Write model.safetensors then meta.json of ``artefact_id``, each atomically."""
+    from safetensors.torch import save_file
+
+    model_path, meta_path = (Path(p) for p in files(artefact_id))
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=model_path.parent, suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, tmp)
+        os.replace(tmp, model_path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    from sparsebench.suite.record import write_json_atomic
+
+    write_json_atomic(meta_path, {**meta, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+
+
+def load(artefact_id: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(tensors, meta) of an artefact. Raises FileNotFoundError naming the file and how to make
+    it when it is missing."""
+    from safetensors.torch import load_file
+
+    model_path, meta_path = files(artefact_id)
+    if not Path(model_path).is_file():
+        raise FileNotFoundError(
+            f"missing merging artefact {model_path}; it is made by the Snakemake workflow "
+            f"(snakemake --cores N --configfile SPEC) or `sparsebench build merging "
+            f"--artefact {artefact_id} --spec SPEC`"
+        )
+    return load_file(model_path), json.loads(Path(meta_path).read_text())
+
+
+def split_head(tensors: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], tuple]:
+    """(trunk state dict, (head weight, head bias)) of an expert file."""
+    trunk = {k: v for k, v in tensors.items() if not k.startswith("head.")}
+    return trunk, (tensors["head.weight"], tensors["head.bias"])
+
+
+def recipe_dict(r: Recipe) -> dict[str, Any]:
+    return asdict(r)

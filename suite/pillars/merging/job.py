@@ -1,0 +1,228 @@
+"""One cell of the merging pillar: (trunk, seed, method setting) -> merged model(s) -> per-task
+test accuracy, with the method's open hyperparameters chosen on validation.
+
+Protocol (the same for every method of a board):
+
+1. the batch loads θ0, the experts (and their frozen heads) and every task's splits once;
+2. for each point of the method's grid (its ``Params`` fields left ``None``, over
+   ``search``), merge and evaluate on every task's validation split; the point with the highest
+   average normalized validation accuracy is chosen (the first one on a tie): the curve of
+   every point is kept in the record;
+3. the chosen merge is evaluated on every task's test split.
+
+Normalized accuracy (Ilharco et al. 2023, Sec. 4; Yadav et al. 2023, Sec. 6) is per task
+first, then averaged: ``mean_t acc(merged on t) / acc(expert t on t)``, both on the same split.
+References are cells too: ``zero_shot`` (θ0 with the task heads), ``individual`` (each expert
+on its own task: normalized accuracy 1 by definition) and ``multitask`` (joint fine-tuning).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from sparsebench.methods.merging.base import (
+    MergeInputs,
+    MergeResult,
+    density,
+    sign_conflict,
+    task_vectors,
+)
+from sparsebench.suite.memory import peak_mb, reset_peak
+
+from .models import build_trunk, groups, linear_modules
+from .tasks import TaskData
+
+REFERENCES = ("zero_shot", "individual", "multitask")
+EVAL_BATCH = 1000
+
+
+class TaskBank:
+    """The pillar's :class:`~sparsebench.methods.merging.base.MergeData`: the trunk's
+    architecture, the frozen heads and the tasks' splits; counts the examples handed out."""
+
+    def __init__(self, cfg, heads: Sequence[tuple[torch.Tensor, torch.Tensor]], tasks):
+        self.module = build_trunk(cfg).eval()
+        self.heads = list(heads)
+        self.tasks: list[TaskData] = list(tasks)
+        self.n_tasks = len(self.tasks)
+        self.linear_keys = list(linear_modules(self.module))
+        self.examples_read = 0
+
+    def examples(self, task: int, split: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = getattr(self.tasks[task], split).tensors
+        n = min(n, x.shape[0])
+        self.examples_read += n
+        return x[:n], y[:n]
+
+    def logits(self, trunk: Mapping[str, torch.Tensor], task: int, x: torch.Tensor):
+        feats = functional_call(self.module, dict(trunk), (x,))
+        return F.linear(feats, *self.heads[task])
+
+    def linear_inputs(self, trunk: Mapping[str, torch.Tensor], task: int, x: torch.Tensor):
+        seen: dict[str, torch.Tensor] = {}
+        hooks = []
+        for key, mod in linear_modules(self.module).items():
+
+            def hook(_m, args, _out, key=key):
+                seen[key] = args[0].detach().reshape(-1, args[0].shape[-1])
+
+            hooks.append(mod.register_forward_hook(hook))
+        try:
+            with torch.no_grad():
+                functional_call(self.module, dict(trunk), (x,))
+        finally:
+            for h in hooks:
+                h.remove()
+        return seen
+
+    @torch.no_grad()
+    def evaluate(self, trunk: Mapping[str, torch.Tensor], task: int, split: str):
+        """(accuracy, mean cross-entropy) of ``trunk`` + head ``task`` on a whole split."""
+        x, y = getattr(self.tasks[task], split).tensors
+        logits = torch.cat(
+            [self.logits(trunk, task, x[i : i + EVAL_BATCH]) for i in range(0, len(x), EVAL_BATCH)]
+        )
+        return float((logits.argmax(1) == y).float().mean()), float(F.cross_entropy(logits, y))
+
+
+@dataclass
+class BatchState:
+    """What the cells of one (trunk, seed) batch share."""
+
+    cfg: Any
+    bank: TaskBank
+    base: dict[str, torch.Tensor]
+    experts: dict[str, list[dict[str, torch.Tensor]]]  # expert kind -> one trunk per task
+    multitask: dict[str, torch.Tensor] | None
+    expert_acc: dict[str, list[float]] = field(default_factory=dict)  # split -> per task
+
+
+def scores(bank: TaskBank, result_or_trunks, split: str, expert_acc: Sequence[float]):
+    """Per-task (acc, loss) of a merge result (or a list of per-task trunks) on ``split`` and
+    the average and normalized accuracies."""
+    per = []
+    for t in range(bank.n_tasks):
+        trunk = (
+            result_or_trunks.trunk_for(t)
+            if isinstance(result_or_trunks, MergeResult)
+            else result_or_trunks[t]
+        )
+        per.append(bank.evaluate(trunk, t, split))
+    accs = [a for a, _ in per]
+    norm = [a / e if e > 0 else float("nan") for a, e in zip(accs, expert_acc)]
+    return {
+        "per_task": per,
+        "avg_acc": sum(accs) / len(accs),
+        "avg_loss": sum(loss for _, loss in per) / len(per),
+        "norm_acc": sum(norm) / len(norm),
+        "normalized": norm,
+    }
+
+
+def _grid(cls, params) -> list[dict[str, Any]]:
+    open_ = [f.name for f in dataclasses.fields(params) if getattr(params, f.name) is None]
+    search = cls.grid_for(params)
+    missing = [f for f in open_ if f not in search]
+    if missing:
+        raise ValueError(f"{cls.__name__}: parameters {missing} are None but have no grid")
+    axes = [search[f] for f in open_]
+    return [dict(zip(open_, values)) for values in itertools.product(*axes)]
+
+
+def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any]:
+    """Select the method's open hyperparameters on validation, evaluate the chosen merge on
+    test; returns the record's metric columns."""
+    reset_peak()
+    method = method_cls()
+    experts = state.experts[method_cls.uses_experts]
+    tasks = [t.name for t in state.bank.tasks]
+    inputs = MergeInputs(state.base, experts, tasks, groups(state.cfg), state.bank, seed)
+    curve, best, t_sel = [], None, time.perf_counter()
+    for point in _grid(method_cls, params):
+        resolved = dataclasses.replace(params, **point)
+        state.bank.examples_read = 0
+        t0 = time.perf_counter()
+        result = method.merge(inputs, resolved)
+        merge_s = time.perf_counter() - t0
+        examples = max(result.examples, state.bank.examples_read)
+        val = scores(state.bank, result, "val", state.expert_acc["val"])
+        curve.append({**point, "val_avg_acc": val["avg_acc"], "val_norm_acc": val["norm_acc"]})
+        if best is None or val["norm_acc"] > best[2]["norm_acc"]:
+            best = (point, result, val, merge_s, examples)
+    select_s = time.perf_counter() - t_sel
+    point, result, val, merge_s, examples = best
+    test = scores(state.bank, result, "test", state.expert_acc["test"])
+    tvs = result.task_vectors or task_vectors(state.base, experts)
+    out = _columns(tasks, test, state.expert_acc["test"])
+    out.update(
+        val_norm_acc=val["norm_acc"],
+        density=density(tvs),
+        sign_conflict=sign_conflict(tvs),
+        merge_s=merge_s,
+        select_s=select_s,
+        n_candidates=len(curve),
+        examples=examples,
+        chosen_json=json.dumps(point, sort_keys=True),
+        curve_json=json.dumps(curve),
+        info_json=json.dumps(result.info, sort_keys=True, default=float),
+        peak_mem_mb=peak_mb(),
+    )
+    return out
+
+
+def run_reference(state: BatchState, name: str) -> dict[str, Any]:
+    """Metric columns of a reference row (no selection: nothing to choose)."""
+    reset_peak()
+    bank, n = state.bank, state.bank.n_tasks
+    if name == "zero_shot":
+        trunks, tvs = [state.base] * n, None
+    elif name == "individual":
+        trunks = state.experts["standard"]
+        tvs = task_vectors(state.base, trunks)
+    elif name == "multitask":
+        if state.multitask is None:
+            raise ValueError("the multitask reference needs the multitask artefact")
+        trunks, tvs = [state.multitask] * n, [task_vectors(state.base, [state.multitask])[0]]
+    else:
+        raise ValueError(f"unknown reference {name!r}; known: {', '.join(REFERENCES)}")
+    val = scores(bank, trunks, "val", state.expert_acc["val"])
+    test = scores(bank, trunks, "test", state.expert_acc["test"])
+    out = _columns([t.name for t in bank.tasks], test, state.expert_acc["test"])
+    out.update(
+        val_norm_acc=val["norm_acc"],
+        density=density(tvs) if tvs else 0.0,
+        sign_conflict=sign_conflict(tvs) if tvs and len(tvs) > 1 else None,
+        merge_s=0.0,
+        select_s=0.0,
+        n_candidates=1,
+        examples=0,
+        chosen_json="{}",
+        curve_json="[]",
+        info_json="{}",
+        peak_mem_mb=peak_mb(),
+    )
+    return out
+
+
+def _columns(tasks: Sequence[str], test: dict[str, Any], expert_acc: Sequence[float]):
+    per_task = {
+        t: {"acc": a, "loss": loss, "expert_acc": e, "normalized": nrm}
+        for t, (a, loss), e, nrm in zip(tasks, test["per_task"], expert_acc, test["normalized"])
+    }
+    return {
+        "avg_acc": test["avg_acc"],
+        "norm_acc": test["norm_acc"],
+        "avg_loss": test["avg_loss"],
+        "min_norm_acc": min(test["normalized"]),
+        "per_task_json": json.dumps(per_task, sort_keys=True),
+    }

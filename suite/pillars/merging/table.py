@@ -1,0 +1,70 @@
+"""The runs table of the merging pillar: its columns and pandera model."""
+
+from __future__ import annotations
+
+import pandera.polars as pa
+import polars as pl
+
+from sparsebench.suite.schemas import CommonSchema
+
+# Columns of a merging record besides the common ones (accuracies are fractions in [0, 1]).
+COLUMNS: dict[str, type] = {
+    "model": str,  # the trunk's name in the spec (merging.models)
+    "kind": str,  # "merge" | "reference"
+    "tasks": str,  # the merged tasks, comma-separated, in order
+    "n_tasks": int,
+    "cass_keep": float,  # keep fraction of CASS-Tuning's experts (null for other methods)
+    "avg_acc": float,  # mean over tasks of the test accuracy
+    "norm_acc": float,  # mean over tasks of (merged test acc ÷ expert test acc)
+    "min_norm_acc": float,  # the worst task's normalized test accuracy
+    "avg_loss": float,  # mean over tasks of the test cross-entropy (nats)
+    "val_norm_acc": float,  # normalized validation accuracy at the chosen hyperparameters
+    "per_task_json": str,  # {task: {acc, loss, expert_acc, normalized}} on test
+    "density": float,  # nonzero fraction of the task vectors the method combined
+    "sign_conflict": float,  # among coordinates with >= 2 nonzero entries, mixed signs
+    "merge_s": float,  # wall-clock of the chosen merge (no evaluation)
+    "select_s": float,  # wall-clock of the whole validation search (merges + evaluations)
+    "n_candidates": int,  # grid points evaluated on validation
+    "examples": int,  # data examples the chosen merge read (0: data-free)
+    "chosen_json": str,  # the hyperparameters chosen on validation
+    "curve_json": str,  # [{param: value, val_avg_acc, val_norm_acc}] over the grid
+    "info_json": str,  # method-specific numbers (e.g. AdaMerging's learned λ)
+    "peak_mem_mb": float,  # peak resident memory of the cell (MiB)
+}
+
+
+class MergingSchema(CommonSchema):
+    """Runs table of the merging pillar: one row per (model, method setting, seed)."""
+
+    pillar: str = pa.Field(isin=["merging"])
+    model: str
+    kind: str = pa.Field(isin=["merge", "reference"])
+    status: str = pa.Field(isin=["ok", "failed", "diverged"])
+    n_tasks: int = pa.Field(ge=2)
+    avg_acc: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    norm_acc: float = pa.Field(ge=0.0, nullable=True)
+    min_norm_acc: float = pa.Field(ge=0.0, nullable=True)
+    avg_loss: float = pa.Field(ge=0.0, nullable=True)
+    density: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    sign_conflict: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    merge_s: float = pa.Field(ge=0.0, nullable=True)
+    examples: int = pa.Field(ge=0, nullable=True)
+    peak_mem_mb: float = pa.Field(ge=0.0, nullable=True)
+
+    class Config:
+        strict = False
+        unique = ["cell_id"]
+
+    @pa.check("method", name="registered_merging_method")
+    def _registered(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        from sparsebench.suite.registry import all_methods
+
+        from .job import REFERENCES
+
+        known = [*all_methods(("merging",)), *REFERENCES]
+        return data.lazyframe.select(pl.col(data.key).is_in(known))
+
+    @pa.dataframe_check
+    def ok_rows_have_metrics(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        ok = pl.col("status") == "ok"
+        return data.lazyframe.select((~ok | pl.col("norm_acc").is_not_null()).fill_null(True))

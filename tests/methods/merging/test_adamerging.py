@@ -1,0 +1,45 @@
+import pytest
+import torch
+
+from sparsebench.methods.merging.adamerging import AdaMergingLayer, AdaMergingTask
+from tests.methods.merging.conftest import assert_unchanged, make_inputs, snapshot
+
+
+@pytest.mark.parametrize("cls", [AdaMergingTask, AdaMergingLayer])
+def test_lowers_the_entropy_on_unlabeled_test_inputs(cls):
+    inputs = make_inputs(seed=1)
+    snap = snapshot(inputs)
+    res = cls().merge(inputs, cls.Params(steps=60, lr=1e-2, batch_size=16, n_examples=64))
+    assert res.info["entropy_after"] < res.info["entropy_before"] - 1e-3, res.info
+    assert inputs.data.read == {"train": 0, "val": 0, "test": 3 * 64}  # test inputs only
+    assert res.examples == 3 * 64
+    assert len(res.info["lambdas"]) == 3
+    assert all(0.0 <= v <= 1.0 for v in res.info["lambdas"])
+    assert_unchanged(inputs, snap)
+
+
+def test_zero_steps_is_task_arithmetic_at_init():
+    inputs = make_inputs()
+    res = AdaMergingTask().merge(inputs, AdaMergingTask.Params(steps=0, init=0.3))
+    tvs = inputs.task_vectors()
+    for k in inputs.base:
+        torch.testing.assert_close(res.state[k], inputs.base[k] + 0.3 * sum(tv[k] for tv in tvs))
+    assert res.info["lambdas"] == pytest.approx([0.3] * 3)
+    assert res.info["entropy_after"] == pytest.approx(res.info["entropy_before"])
+
+
+def test_layer_wise_learns_one_coefficient_per_tensor_and_is_deterministic():
+    params = AdaMergingLayer.Params(steps=20, lr=1e-2, n_examples=32)
+    a = AdaMergingLayer().merge(make_inputs(), params)
+    b = AdaMergingLayer().merge(make_inputs(), params)
+    assert a.info == b.info
+    assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+    assert a.info["lambda_min"] < a.info["lambda_max"]  # the tensors moved apart
+    # the merged trunk is θ0 + Σ_t λ_t^l τ_t^l: per tensor, a combination of the τ_t
+    inputs = make_inputs()
+    tvs = inputs.task_vectors()
+    k = "fc1.bias"
+    coef = torch.linalg.lstsq(
+        torch.stack([tv[k] for tv in tvs], 1), (a.state[k] - inputs.base[k]).unsqueeze(1)
+    ).solution
+    assert torch.all((coef >= -1e-5) & (coef <= 1 + 1e-5))

@@ -1,0 +1,206 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sparsebench.methods.merging._data import loss_gradient
+from sparsebench.methods.merging.base import Group, MergeInputs
+from sparsebench.methods.merging.cass import (
+    KEEP_GRID,
+    Cass,
+    CassTuning,
+    contribution_masks,
+    contribution_scores,
+    gradient_scores,
+    select_groups,
+    structured_mask,
+    tuning_masks,
+)
+from sparsebench.methods.merging.dare import P_GRID, DareTA
+from sparsebench.methods.merging.task_arithmetic import LAMBDA_GRID, TaskArithmetic
+from sparsebench.methods.merging.ties import TIES_LAMBDA_GRID, Ties
+from tests.methods.merging.conftest import (
+    assert_state_close,
+    assert_unchanged,
+    make_base,
+    make_groups,
+    make_inputs,
+    snapshot,
+)
+
+
+def test_mask_covers_exactly_the_selected_groups_and_the_ungrouped_entries():
+    base, groups = make_base(), make_groups()
+    selected = [0, 3, 4, 9, 12]  # fc0 neurons 0, 3, 4 and fc1 neurons 1, 4
+    mask = structured_mask(base, groups, selected)
+    for i, g in enumerate(groups):
+        for key, dim, a, b in g.slices:
+            part = mask[key].narrow(dim, a, b - a)
+            assert bool(part.all()) if i in selected else not bool(part.any()), (i, key)
+    assert bool(mask["scale"].all())  # ungrouped: kept dense
+    owned = sum(
+        (b - a) * base[k].numel() // base[k].shape[d]
+        for i in selected
+        for k, d, a, b in groups[i].slices
+    )
+    assert sum(int(m.sum()) for m in mask.values()) == owned + base["scale"].numel()
+
+
+def test_select_top_ceil_keep_per_layer_and_kind():
+    groups = make_groups()  # fc0: 8 neurons (indices 0-7), fc1: 5 neurons (8-12)
+    scores = torch.tensor([5.0, 1, 7, 3, 3, 0, 2, 6] + [1.0, 9, 4, 4, 0])
+    # keep 0.5: ceil(4) = 4 of fc0 -> 7, 6, 5, 3 (indices 2, 7, 0, and 3 before 4 on a tie);
+    #           ceil(2.5) = 3 of fc1 -> 9, 4, 4 (indices 9, 10, 11)
+    assert select_groups(groups, scores, 0.5) == [0, 2, 3, 7, 9, 10, 11]
+    assert select_groups(groups, scores, 0.01) == [2, 9]  # at least one per (layer, kind)
+    assert select_groups(groups, scores, 1.0) == list(range(13))
+    mixed = groups[:3] + [Group("head", "fc0", 0, (("fc1.bias", 0, 0, 1),))]
+    assert select_groups(mixed, torch.tensor([1.0, 2.0, 3.0, -5.0]), 0.3) == [2, 3]
+
+
+def test_scores_by_hand():
+    g = Group("neuron", "l", 0, (("w", 0, 0, 1), ("b", 0, 0, 1)))
+    h = Group("neuron", "l", 1, (("w", 0, 1, 2), ("b", 0, 1, 2)))
+    grad = {"w": torch.tensor([[1.0, 2.0], [3.0, -1.0]]), "b": torch.tensor([0.5, 2.0])}
+    tv = {"w": torch.tensor([[-1.0, 0.0], [1.0, 1.0]]), "b": torch.tensor([4.0, 1.0])}
+    # c(g) = −<∇L[g], τ[g]>: g: −(1·−1 + 2·0 + .5·4) = −1;  h: −(3·1 − 1·1 + 2·1) = −4
+    assert contribution_scores(grad, tv, [g, h]).tolist() == [-1.0, -4.0]
+    # ||∇L[g]||²: g: 1 + 4 + .25;  h: 9 + 1 + 4
+    assert gradient_scores(grad, [g, h]).tolist() == [5.25, 14.0]
+
+
+def test_contribution_is_the_first_order_loss_reduction():
+    inputs = make_inputs()
+    data, base, groups = inputs.data, inputs.base, inputs.groups
+    x, y = data.examples(0, "train", 64)
+    grad = loss_gradient(data, base, 0, x, y)
+    tv = inputs.task_vectors()[0]
+    eps = 1e-3
+    scores = contribution_scores(grad, tv, groups)
+
+    def loss(trunk):
+        return float(F.cross_entropy(data.logits(trunk, 0, x), y))
+
+    for i in (0, 5, 10):
+        m = structured_mask(base, groups, [i])
+        only_g = {k: torch.where(m[k] & (k != "scale"), tv[k], 0.0) for k in tv}
+        step = {k: base[k] + eps * only_g[k] for k in base}
+        assert (loss(base) - loss(step)) / eps == pytest.approx(
+            float(scores[i]), rel=0.05, abs=1e-4
+        )
+
+
+def test_keep_one_is_the_host_on_the_raw_experts():
+    inputs = make_inputs()
+    snap = snapshot(inputs)
+    a = Cass().merge(inputs, Cass.Params(keep=1.0, lam=0.4, n_examples=32))
+    b = TaskArithmetic().merge(inputs, TaskArithmetic.Params(lam=0.4))
+    assert_state_close(a.state, b.state, rtol=0, atol=0)
+    assert a.examples == 96 and a.info["mask_density"] == [1.0] * 3
+    assert_unchanged(inputs, snap)
+
+
+def test_filters_then_merges_with_the_host():
+    inputs = make_inputs()
+    x = [inputs.data.examples(t, "train", 32) for t in range(3)]
+    grads = [loss_gradient(inputs.data, inputs.base, t, *x[t]) for t in range(3)]
+    masks = contribution_masks(inputs.base, inputs.task_vectors(), inputs.groups, grads, 0.5)
+    filtered = [
+        {k: torch.where(m[k], e[k], inputs.base[k]) for k in e}
+        for e, m in zip(inputs.experts, masks)
+    ]
+    for host, params, ref in (
+        (
+            "task_arithmetic",
+            {"lam": 0.5},
+            TaskArithmetic().merge(
+                MergeInputs(inputs.base, filtered), TaskArithmetic.Params(lam=0.5)
+            ),
+        ),
+        (
+            "ties",
+            {"lam": 1.0, "k": 0.3},
+            Ties().merge(MergeInputs(inputs.base, filtered), Ties.Params(lam=1.0, k=0.3)),
+        ),
+        (
+            "dare_ta",
+            {"lam": 0.5, "p": 0.5},
+            DareTA().merge(
+                MergeInputs(inputs.base, filtered, seed=4), DareTA.Params(lam=0.5, p=0.5)
+            ),
+        ),
+    ):
+        seeded = MergeInputs(
+            inputs.base,
+            inputs.experts,
+            groups=inputs.groups,
+            data=inputs.data,
+            seed=4 if host == "dare_ta" else 0,
+        )
+        res = Cass().merge(seeded, Cass.Params(host=host, keep=0.5, n_examples=32, **params))
+        assert_state_close(res.state, ref.state, rtol=1e-6, atol=1e-7)
+        # fc0 keeps ceil(0.5 · 8) = 4 neurons, fc1 ceil(0.5 · 5) = 3
+        for m in masks:
+            assert int(m["fc0.bias"].sum()) == 4 and int(m["fc1.bias"].sum()) == 3
+    with pytest.raises(ValueError, match="p"):
+        Cass().merge(inputs, Cass.Params(host="dare_ties", keep=0.5, lam=1.0))
+
+
+def test_grid_for_gives_the_hosts_grids():
+    none = (None,)  # p is not a field of these hosts: it stays None
+    assert Cass.search == {"keep": KEEP_GRID, "lam": LAMBDA_GRID, "p": none}
+    assert Cass.grid_for(Cass.Params()) == Cass.search
+    assert Cass.grid_for(Cass.Params(host="ties")) == {
+        "keep": KEEP_GRID,
+        "lam": TIES_LAMBDA_GRID,
+        "p": none,
+    }
+    assert Cass.grid_for(Cass.Params(host="dare_ta")) == {
+        "keep": KEEP_GRID,
+        "lam": LAMBDA_GRID,
+        "p": P_GRID,
+    }
+    assert CassTuning.grid_for(CassTuning.Params(host="dare_ties")) == {
+        "lam": TIES_LAMBDA_GRID,
+        "p": P_GRID,
+    }
+
+
+def test_tuning_masks_rank_by_gradient_norm():
+    base, groups = make_base(), make_groups()
+    grad = {k: torch.zeros_like(v) for k, v in base.items()}
+    grad["fc0.weight"][5] = 3.0  # fc0 neuron 5 has the largest squared gradient
+    grad["fc1.bias"][2] = -1.0  # fc1 neuron 2
+    grad["scale"] += 100.0  # ungrouped entries never count
+    single = tuning_masks(base, groups, grad, 0.1)
+    assert single["fc0.bias"].tolist() == [j == 5 for j in range(8)]
+    assert single["fc1.bias"].tolist() == [j == 2 for j in range(5)]
+    assert bool(single["scale"].all())
+    many = tuning_masks(base, groups, [grad, grad], 0.1)
+    assert len(many) == 2 and all(torch.equal(many[1][k], single[k]) for k in single)
+    assert math.isclose(int(single["fc0.weight"].sum()), 6)
+
+
+def test_cass_tuning_merges_its_experts_with_the_host():
+    assert CassTuning.uses_experts == "cass_tuned" and CassTuning.data_free
+    inputs = make_inputs(data=False)
+    a = CassTuning().merge(inputs, CassTuning.Params(lam=0.3))
+    b = TaskArithmetic().merge(inputs, TaskArithmetic.Params(lam=0.3))
+    assert_state_close(a.state, b.state, rtol=0, atol=0)
+    assert a.info["keep"] == 0.5
+
+
+def test_gradients_are_memoised_per_inputs_object():
+    inputs = make_inputs()
+    a = Cass().merge(inputs, Cass.Params(keep=0.25, lam=0.3, n_examples=20))
+    b = Cass().merge(inputs, Cass.Params(keep=0.75, lam=0.6, n_examples=20))
+    assert inputs.data.read["train"] == 60  # one gradient pass for both grid points
+    assert a.examples == b.examples == 60
+    fresh = make_inputs()  # equal contents, another object: computed again, same result
+    c = Cass().merge(fresh, Cass.Params(keep=0.25, lam=0.3, n_examples=20))
+    assert_state_close(a.state, c.state, rtol=0, atol=0)
+    with torch.no_grad():
+        inputs.base["scale"].mul_(2.0)  # an in-place change invalidates the memo
+    Cass().merge(inputs, Cass.Params(keep=0.25, lam=0.3, n_examples=20))
+    assert inputs.data.read["train"] == 120

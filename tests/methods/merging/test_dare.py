@@ -1,0 +1,107 @@
+import math
+
+import torch
+
+from sparsebench.methods.merging.base import MergeInputs
+from sparsebench.methods.merging.dare import DareTA, DareTies, dare
+from sparsebench.methods.merging.ties import Ties, trim
+from tests.methods.merging.conftest import (
+    assert_state_close,
+    assert_unchanged,
+    make_base,
+    make_experts,
+    make_inputs,
+    snapshot,
+)
+
+
+def big_vector(n: int = 20_000):
+    return {"a": torch.linspace(-1.0, 1.0, n).reshape(100, -1) + 2.0, "b": torch.ones(n // 2)}
+
+
+def test_p0_keeps_the_vector_exactly():
+    tv = big_vector()
+    (out,) = dare([tv], 0.0, seed=3)
+    for k in tv:
+        assert torch.equal(out[k], tv[k])
+
+
+def test_density_is_binomial():
+    tv = big_vector()
+    n = sum(v.numel() for v in tv.values())
+    for p in (0.1, 0.5, 0.9):
+        (out,) = dare([tv], p, seed=1)
+        kept = sum(int(torch.count_nonzero(v)) for v in out.values())
+        sd = math.sqrt(n * p * (1 - p))
+        assert abs(kept - n * (1 - p)) < 5 * sd, (p, kept)
+        # survivors are rescaled by 1 / (1 - p)
+        nz = out["b"] != 0
+        assert torch.allclose(out["b"][nz], torch.full((int(nz.sum()),), 1 / (1 - p)))
+
+
+def test_unbiased_over_seeds():
+    tv = {"w": torch.tensor([1.0, -2.0, 0.5, 3.0])}
+    p, runs = 0.7, 4000
+    mean = sum(dare([tv], p, seed=s)[0]["w"] for s in range(runs)) / runs
+    # per entry: sd of the mean = |τ| sqrt(p / (1 - p) / runs)
+    tol = 5 * tv["w"].abs() * math.sqrt(p / (1 - p) / runs)
+    assert torch.all((mean - tv["w"]).abs() < tol), mean
+
+
+def test_deterministic_per_seed_and_task():
+    tv = big_vector(2000)
+    a = dare([tv, tv], 0.5, seed=7)
+    b = dare([tv, tv], 0.5, seed=7)
+    c = dare([tv, tv], 0.5, seed=8)
+    assert all(torch.equal(a[i][k], b[i][k]) for i in range(2) for k in tv)
+    assert not torch.equal(a[0]["a"], c[0]["a"])
+    assert not torch.equal(a[0]["a"], a[1]["a"])  # each task draws its own mask
+
+
+def test_dare_ta_one_expert_p0_lambda1_returns_it():
+    base = make_base()
+    (expert,) = make_experts(base, 1)
+    res = DareTA().merge(MergeInputs(base, [expert]), DareTA.Params(p=0.0, lam=1.0))
+    assert_state_close(res.state, expert)
+
+
+def test_dare_ta_is_ta_on_dropped_vectors():
+    inputs = make_inputs(data=False, seed=2)
+    res = DareTA().merge(inputs, DareTA.Params(p=0.5, lam=0.4))
+    dropped = dare(inputs.task_vectors(), 0.5, inputs.seed)
+    for k in inputs.base:
+        expected = inputs.base[k] + 0.4 * sum(d[k] for d in dropped)
+        torch.testing.assert_close(res.state[k], expected)
+    assert all(torch.equal(r[k], d[k]) for r, d in zip(res.task_vectors, dropped) for k in r)
+
+
+def test_dare_ties_trims_after_dropping():
+    inputs = make_inputs(data=False)
+    # p = 0: DARE is the identity, so DARE-TIES is TIES (trim included)
+    a = DareTies().merge(inputs, DareTies.Params(p=0.0, k=0.2, lam=1.0))
+    b = Ties().merge(inputs, Ties.Params(k=0.2, lam=1.0))
+    assert_state_close(a.state, b.state, rtol=0, atol=0)
+    # k = 1: no trim, the elect + disjoint mean of the dropped vectors only
+    c = DareTies().merge(inputs, DareTies.Params(p=0.5, k=1.0, lam=1.0))
+    dropped = dare(inputs.task_vectors(), 0.5, inputs.seed)
+    assert all(torch.equal(r[k], d[k]) for r, d in zip(c.task_vectors, dropped) for k in r)
+    # p > 0 and k < 1: the task vectors are the trimmed dropped vectors
+    e = DareTies().merge(inputs, DareTies.Params(p=0.5, k=0.2, lam=1.0))
+    expected = trim(dropped, 0.2)
+    assert all(torch.equal(r[k], d[k]) for r, d in zip(e.task_vectors, expected) for k in r)
+    assert not all(torch.equal(r[k], d[k]) for r, d in zip(e.task_vectors, dropped) for k in r)
+
+
+def test_dare_ties_one_expert_returns_it():
+    base = make_base()
+    (expert,) = make_experts(base, 1)
+    res = DareTies().merge(MergeInputs(base, [expert]), DareTies.Params(p=0.0, k=1.0, lam=1.0))
+    assert_state_close(res.state, expert)
+
+
+def test_inputs_not_modified():
+    inputs = make_inputs(data=False)
+    snap = snapshot(inputs)
+    DareTA().merge(inputs, DareTA.Params(p=0.3, lam=0.5))
+    DareTies().merge(inputs, DareTies.Params(p=0.3, lam=1.0))
+    assert_unchanged(inputs, snap)

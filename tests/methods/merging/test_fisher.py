@@ -1,0 +1,91 @@
+import pytest
+import torch
+
+from sparsebench.methods.merging.averaging import Averaging
+from sparsebench.methods.merging.base import MergeInputs
+from sparsebench.methods.merging.fisher import Fisher, diagonal_fisher, fisher_average
+from tests.methods.merging.conftest import (
+    FakeData,
+    assert_state_close,
+    assert_unchanged,
+    make_inputs,
+    snapshot,
+)
+
+
+def brute_force_fisher(data, trunk, task, x, y, kind):
+    """(1/n) Σ_i [Σ_c p_c] (∂ log p / ∂θ)², one autograd call per example and class."""
+    out = {k: torch.zeros_like(v) for k, v in trunk.items()}
+    for i in range(x.shape[0]):
+        params = {k: v.detach().clone().requires_grad_(True) for k, v in trunk.items()}
+        logp = torch.log_softmax(data.logits(params, task, x[i : i + 1]), -1)[0]
+        for c in range(logp.shape[0]) if kind == "exact" else [int(y[i])]:
+            grads = torch.autograd.grad(logp[c], list(params.values()), retain_graph=True)
+            w = float(logp[c].detach().exp()) if kind == "exact" else 1.0
+            for k, g in zip(params, grads):
+                out[k] += w * g**2
+    return {k: v / x.shape[0] for k, v in out.items()}
+
+
+@pytest.mark.parametrize("kind", ["exact", "empirical"])
+def test_vmapped_fisher_matches_brute_force(kind):
+    inputs = make_inputs()
+    x, y = inputs.data.examples(1, "train", 12)
+    got = diagonal_fisher(inputs.data, inputs.experts[1], 1, x, y, kind)
+    exp = brute_force_fisher(inputs.data, inputs.experts[1], 1, x, y, kind)
+    assert_state_close(got, exp, rtol=1e-4, atol=1e-7)
+
+
+class NoVmapData(FakeData):
+    """logits that torch.func.vmap cannot trace (a data-dependent Python branch)."""
+
+    def logits(self, trunk, task, x):
+        if float(x.sum()) > 1e9:
+            raise AssertionError
+        return super().logits(trunk, task, x)
+
+
+def test_loop_fallback_gives_the_same_fisher():
+    inputs = make_inputs()
+    x, y = inputs.data.examples(0, "train", 6)
+    data2 = NoVmapData(3, 0)
+    a = diagonal_fisher(inputs.data, inputs.experts[0], 0, x, y, "exact")
+    b = diagonal_fisher(data2, inputs.experts[0], 0, x, y, "exact")
+    assert_state_close(a, b, rtol=1e-5, atol=1e-8)
+
+
+def test_equal_fishers_give_the_average():
+    inputs = make_inputs(data=False)
+    f = {
+        k: torch.rand(v.shape, generator=torch.Generator().manual_seed(0)) + 0.1
+        for k, v in inputs.base.items()
+    }
+    got = fisher_average(inputs.experts, [f, f, f])
+    avg = Averaging().merge(inputs, Averaging.Params()).state
+    assert_state_close(got, avg, rtol=1e-5, atol=1e-6)
+
+
+def test_zero_fishers_fall_back_to_the_average_and_weights_by_hand():
+    experts = [{"w": torch.tensor([1.0, 1.0])}, {"w": torch.tensor([5.0, 3.0])}]
+    zero = {"w": torch.zeros(2)}
+    assert torch.allclose(fisher_average(experts, [zero, zero])["w"], torch.tensor([3.0, 2.0]))
+    f1, f2 = {"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([3.0, 2.0])}
+    # entry 0: (1·1 + 3·5) / 4 = 4; entry 1: (1e-6·1 + 2·3) / (2 + 1e-6) ≈ 3
+    got = fisher_average(experts, [f1, f2])["w"]
+    assert torch.allclose(got, torch.tensor([4.0, 3.0]), atol=1e-5)
+
+
+def test_merge_identical_experts_counts_examples_and_keeps_inputs():
+    inputs = make_inputs()
+    same = MergeInputs(inputs.base, [inputs.experts[0]] * 3, data=inputs.data)
+    snap = snapshot(same)
+    res = Fisher().merge(same, Fisher.Params(n_examples=10))
+    assert_state_close(res.state, inputs.experts[0], rtol=1e-5, atol=1e-6)
+    assert res.examples == 30 and inputs.data.read["train"] == 30
+    assert len(res.info["fisher_mean"]) == 3
+    assert_unchanged(same, snap)
+
+
+def test_needs_data():
+    with pytest.raises(ValueError, match="data"):
+        Fisher().merge(make_inputs(data=False), Fisher.Params())

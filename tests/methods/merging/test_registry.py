@@ -1,0 +1,65 @@
+"""The merging family as the registry sees it: names, board order, parameters, sources."""
+
+import dataclasses
+import typing
+
+import pytest
+
+import sparsebench.methods.merging  # noqa: F401  (registers the family)
+from sparsebench.suite import registry
+
+ORDER = [
+    "averaging",
+    "task_arithmetic",
+    "ties",
+    "dare_ta",
+    "dare_ties",
+    "fisher",
+    "regmean",
+    "adamerging_task",
+    "adamerging_layer",
+    "tall_masks",
+    "consensus",
+    "cass",
+    "cass_tuning",
+]
+
+
+def test_registration_order():
+    assert list(registry.registered("merging")) == ORDER
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_params_defaults_sources_and_search(name):
+    info = registry.registered("merging")[name]
+    assert info.source, f"{name}: no 'Source:' line"
+    fields = {f.name for f in dataclasses.fields(info.params_cls)}
+    hosts = [{}]
+    if "host" in fields:
+        hosts = [
+            {"host": h} for h in typing.get_args(typing.get_type_hints(info.params_cls)["host"])
+        ]
+    for raw in hosts:
+        params = registry.build_params(info, raw)
+        search = info.cls.grid_for(params)
+        if not raw or raw["host"] == "task_arithmetic":  # the class-level grids: default host
+            assert search == info.cls.search, name
+        for f in fields:  # a field left None is searched by the pillar: it needs a grid
+            if getattr(params, f) is None:
+                assert search.get(f), (name, raw, f)
+        for field, grid in search.items():
+            assert field in fields, (name, field)
+            for value in grid:  # every candidate is accepted by validate()
+                registry.build_params(info, {**raw, field: value})
+
+
+def test_build_params_rejects_bad_values():
+    info = registry.registered("merging")
+    with pytest.raises(registry.RegistryError):
+        registry.build_params(info["ties"], {"k": 0.0})
+    with pytest.raises(registry.RegistryError):
+        registry.build_params(info["dare_ta"], {"p": 1.0})
+    with pytest.raises(registry.RegistryError):
+        registry.build_params(info["tall_masks"], {"lam": "test"})
+    with pytest.raises(registry.RegistryError):
+        registry.build_params(info["cass"], {"host": "fisher"})

@@ -1,0 +1,95 @@
+import pytest
+import torch
+
+from sparsebench.methods.merging.base import MergeInputs
+from sparsebench.methods.merging.ties import Ties, disjoint_merge, elect_sign, trim
+from tests.methods.merging.conftest import (
+    assert_state_close,
+    assert_unchanged,
+    make_base,
+    make_experts,
+    make_inputs,
+    snapshot,
+)
+
+
+def hand_example():
+    """Three tasks, two parameters "a" (3 entries) and "b" (2): d = 5 entries per task."""
+    zero = {"a": torch.zeros(3), "b": torch.zeros(2)}
+    tvs = [
+        {"a": torch.tensor([3.0, -1.0, 0.5]), "b": torch.tensor([2.0, -0.1])},
+        {"a": torch.tensor([-4.0, 2.0, 0.2]), "b": torch.tensor([1.0, 0.3])},
+        {"a": torch.tensor([2.0, -3.0, 0.1]), "b": torch.tensor([-0.5, 1.0])},
+    ]
+    experts = [{k: zero[k] + tv[k] for k in zero} for tv in tvs]
+    return zero, experts, tvs
+
+
+def test_alg1_step_by_step_by_hand():
+    base, experts, tvs = hand_example()
+    # Trim, k = 0.4: keep round(0.4 * 5) = 2 largest |τ| of the whole vector per task.
+    # Task 2's two largest are both in "a" (-4, 2): its "b" is trimmed entirely, which
+    # trimming per tensor would not do.
+    trimmed = trim(tvs, 0.4)
+    expected = [
+        {"a": [3.0, 0.0, 0.0], "b": [2.0, 0.0]},
+        {"a": [-4.0, 2.0, 0.0], "b": [0.0, 0.0]},
+        {"a": [2.0, -3.0, 0.0], "b": [0.0, 0.0]},
+    ]
+    for got, exp in zip(trimmed, expected):
+        for k in exp:
+            assert torch.equal(got[k], torch.tensor(exp[k])), (k, got[k])
+    # Elect: Σ τ̂ = a [1, -1, 0], b [2, 0] -> signs [+, -, 0], [+, 0]; the two zeros take the
+    # majority sign sgn(1 - 1 + 0 + 1 + 0) = +.
+    gamma = elect_sign(trimmed)
+    assert torch.equal(gamma["a"], torch.tensor([1.0, -1.0, 1.0]))
+    assert torch.equal(gamma["b"], torch.tensor([1.0, 1.0]))
+    # Disjoint mean over the agreeing nonzero entries:
+    # a0: {3, 2} -> 2.5;  a1: {-3} -> -3;  a2: {} -> 0;  b0: {2} -> 2;  b1: {} -> 0.
+    merged = disjoint_merge(trimmed, gamma)
+    assert torch.equal(merged["a"], torch.tensor([2.5, -3.0, 0.0]))
+    assert torch.equal(merged["b"], torch.tensor([2.0, 0.0]))
+    summed = disjoint_merge(trimmed, gamma, agg="sum")
+    assert torch.equal(summed["a"], torch.tensor([5.0, -3.0, 0.0]))
+    # The method: θ = θ0 + λ τ_m, task vectors = the trimmed ones.
+    res = Ties().merge(MergeInputs(base, experts), Ties.Params(k=0.4, lam=2.0))
+    assert torch.allclose(res.state["a"], torch.tensor([5.0, -6.0, 0.0]))
+    assert torch.allclose(res.state["b"], torch.tensor([4.0, 0.0]))
+    assert torch.equal(res.task_vectors[1]["b"], torch.zeros(2))
+    assert res.info["trimmed_density"] == pytest.approx(6 / 15)
+
+
+def test_sign_election_is_by_mass_not_count():
+    # two small positive entries, one large negative: the mass is negative
+    tvs = [{"w": torch.tensor([0.1])}, {"w": torch.tensor([0.2])}, {"w": torch.tensor([-1.0])}]
+    gamma = elect_sign(tvs)
+    assert torch.equal(gamma["w"], torch.tensor([-1.0]))
+    assert torch.equal(disjoint_merge(tvs, gamma)["w"], torch.tensor([-1.0]))
+
+
+def test_one_expert_k1_lambda1_returns_it():
+    base = make_base()
+    (expert,) = make_experts(base, 1)
+    res = Ties().merge(MergeInputs(base, [expert]), Ties.Params(k=1.0, lam=1.0))
+    assert_state_close(res.state, expert)
+
+
+def test_lambda_zero_returns_base():
+    inputs = make_inputs(data=False)
+    res = Ties().merge(inputs, Ties.Params(lam=0.0))
+    assert_state_close(res.state, inputs.base, rtol=0, atol=0)
+
+
+def test_default_trim_keeps_20_percent():
+    inputs = make_inputs(data=False)
+    res = Ties().merge(inputs, Ties.Params(lam=1.0))
+    d = sum(v.numel() for v in inputs.base.values())
+    for tv in res.task_vectors:
+        assert sum(int(torch.count_nonzero(v)) for v in tv.values()) == round(0.2 * d)
+
+
+def test_inputs_not_modified():
+    inputs = make_inputs(data=False)
+    snap = snapshot(inputs)
+    Ties().merge(inputs, Ties.Params(k=0.3, lam=1.2))
+    assert_unchanged(inputs, snap)

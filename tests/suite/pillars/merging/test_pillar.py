@@ -1,0 +1,186 @@
+"""The merging pillar: tasks, trunks and their structured groups, artefact ids and the DAG,
+spec errors, and a job's clear errors on a missing expert or mismatched architectures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sparsebench.methods.merging.base import MergeInputs, group_masks
+from sparsebench.suite import paths
+from sparsebench.suite.job import build_artefact, run_batch
+from sparsebench.suite.pillar import get_pillar
+from sparsebench.suite.pillars.merging import artefacts as arts
+from sparsebench.suite.pillars.merging.config import TrunkConfig
+from sparsebench.suite.pillars.merging.models import build_trunk, forward_flops, groups
+from sparsebench.suite.pillars.merging.tasks import TASKS, _transform, load_task
+from sparsebench.suite.spec import SpecError, validate
+
+PILLAR = get_pillar("merging")
+VIT = TrunkConfig("vit", width=16, depth=2, heads=4, mlp_ratio=2, patch=7)
+MLP = TrunkConfig("mlp", width=8, depth=2)
+
+
+def _spec(**section):
+    base = PILLAR.example()["merging"]
+    return validate({"benchmark": "m", "merging": {**base, **section}}, source="m.yaml")
+
+
+@pytest.mark.parametrize("cfg", [VIT, MLP], ids=["vit", "mlp"])
+def test_groups_are_disjoint_and_cover_heads_and_neurons(cfg):
+    trunk = build_trunk(cfg)
+    state = trunk.state_dict()
+    gs = groups(cfg)
+    count = torch.zeros(sum(v.numel() for v in state.values()), dtype=torch.int64)
+    for g in gs:
+        m = group_masks(state, [g])
+        flat = torch.cat([m[k].flatten() for k in state])
+        count += flat.long()
+    assert int(count.max()) == 1, "no entry belongs to two groups"
+    if cfg.kind == "vit":
+        heads = [g for g in gs if g.kind == "head"]
+        neurons = [g for g in gs if g.kind == "neuron"]
+        assert len(heads) == cfg.depth * cfg.heads
+        assert len(neurons) == cfg.depth * cfg.width * cfg.mlp_ratio
+        # a head owns dh rows of q, k, v (weights and biases) and dh columns of o
+        dh = cfg.width // cfg.heads
+        expected = 3 * (dh * cfg.width + dh) + cfg.width * dh
+        assert int(sum(group_masks(state, [heads[0]])[k].sum() for k in state)) == expected
+        ungrouped = group_masks(state, gs, value=False)
+        assert bool(ungrouped["patch.weight"].all())
+        assert bool(ungrouped["blocks.0.attn.o.bias"].all())
+    else:
+        assert len(gs) == cfg.depth * cfg.width
+
+
+def test_head_group_zeroes_exactly_that_heads_output():
+    """Zeroing head 1's parameters (its q/k/v rows and o columns) changes the attention output
+    only through that head: with o restricted to head 1's columns the output is o's bias."""
+    torch.manual_seed(0)
+    trunk = build_trunk(VIT)
+    attn = trunk.blocks[0].attn
+    g = next(g for g in groups(VIT) if g.kind == "head" and g.index == 1)
+    state = trunk.state_dict()
+    keep_only = group_masks(state, [g])
+    x = torch.randn(2, 5, VIT.width)
+    with torch.no_grad():
+        for name, p in attn.named_parameters():
+            key = f"blocks.0.attn.{name}"
+            if key != "blocks.0.attn.o.bias":
+                p.mul_(keep_only[key])
+        out = attn(x)
+        attn.o.weight.zero_()
+        assert torch.allclose(attn(x), attn.o.bias.expand_as(out))
+
+
+def test_tasks_are_real_and_transformed_consistently():
+    a, r = load_task("digits"), load_task("digits_mirror")
+    xa, ya = a.test.tensors
+    xr, yr = r.test.tensors
+    assert xa.shape[1:] == (1, 28, 28) and torch.equal(ya, yr)
+    assert torch.allclose(torch.flip(xa, dims=(-1,)), xr, atol=1e-5)
+    assert set(TASKS["mnist_parity"].__dict__) and TASKS["mnist_parity"].num_classes == 2
+    x = torch.arange(2 * 28 * 28, dtype=torch.float32).view(2, 1, 28, 28)
+    p = _transform(x, "permute")
+    assert torch.equal(p.flatten(1).sort(1).values, x.flatten(1)), "a permutation"
+    assert torch.equal(_transform(x, "permute"), p), "the same fixed permutation every time"
+
+
+def test_forward_flops_of_the_mlp_by_hand():
+    assert forward_flops(MLP) == 2 * (784 * 8 + 8 * 8)
+
+
+def test_artefact_ids_hash_what_defines_them_and_form_a_dag():
+    spec = _spec()
+    sec = spec.data["merging"]
+    ids = [a.id for a in PILLAR.artefacts(spec)]
+    assert len(ids) == len(set(ids))
+    base = arts.base_id(sec, "mlp", 0)
+    assert ids[0] == base and base.endswith("/seed0/base")
+    other = _spec(finetune={"epochs": 2, "lr": 0.001, "batch_size": 128})
+    osec = other.data["merging"]
+    assert arts.base_id(osec, "mlp", 0) == base, "fine-tuning does not change θ0"
+    assert arts.expert_id(osec, "mlp", 0, "digits") != arts.expert_id(sec, "mlp", 0, "digits")
+    known: set[str] = set()
+    for a in PILLAR.artefacts(spec):  # inputs come before the artefacts that read them
+        assert set(a.inputs) <= known, a.id
+        known |= set(a.outputs)
+    cells = PILLAR.cells(spec)
+    assert {i for c in cells for i in c.inputs} <= known
+
+
+def test_cells_are_references_and_method_settings():
+    spec = _spec(methods={"ties": {"k": [0.1, 0.2]}, "cass_tuning": {}})
+    cells = PILLAR.cells(spec)
+    kinds = {(c.method, c.columns["kind"]) for c in cells}
+    assert ("zero_shot", "reference") in kinds and ("ties", "merge") in kinds
+    assert sum(c.method == "ties" for c in cells) == 2
+    tuning = next(c for c in cells if c.method == "cass_tuning")
+    assert tuning.columns["cass_keep"] == 0.5
+    assert any("/cass-" in i for i in tuning.inputs)
+    assert len({c.id for c in cells}) == len(cells)
+    assert {c.batch for c in cells} == {"mlp/seed0"}
+
+
+@pytest.mark.parametrize(
+    "section, expected",
+    [
+        ({"tasks": ["digits", "svhn"]}, ["merging.tasks", "svhn", "mnist_rot90"]),
+        ({"tasks": ["digits"]}, ["merging.tasks"]),
+        ({"methods": {"tie": {}}}, ["merging.methods", "tie", "ties"]),
+        ({"methods": {"ties": {"k": "big"}}}, ["merging.methods.ties", "'k'", "big"]),
+        ({"methods": {"dare_ta": {"p": 1.0}}}, ["merging.methods.dare_ta", "p"]),
+        ({"models": {"v": {"kind": "vit", "width": 30, "depth": 1}}}, ["merging.models.v", "30"]),
+        ({"seeds": []}, ["merging.seeds"]),
+        ({"finetune": {"epochs": 1}}, ["merging.finetune", "lr"]),
+    ],
+)
+def test_spec_errors_name_the_key_and_what_is_allowed(section, expected):
+    with pytest.raises(SpecError) as e:
+        _spec(**section)
+    for part in expected:
+        assert part in str(e.value), (part, str(e.value))
+
+
+def test_benchmark_may_not_be_called_artefacts():
+    with pytest.raises(SpecError, match="artefacts"):
+        validate({"benchmark": "artefacts", **PILLAR.example()}, source="a.yaml")
+
+
+def test_missing_expert_gives_a_failed_record_naming_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
+    spec = _spec(methods={"task_arithmetic": {"lam": 0.3}}, references=[])
+    [record] = run_batch(spec, PILLAR, PILLAR.cells(spec), root=tmp_path, progress=lambda m: None)
+    assert record["status"] == "failed"
+    assert "missing merging artefact" in record["error"] and "base" in record["error"]
+    assert "snakemake" in record["error"]
+
+
+def test_mismatched_architectures_are_refused_by_name():
+    base = {"w": torch.zeros(3, 2), "b": torch.zeros(3)}
+    with pytest.raises(ValueError, match=r"w has shape \(2, 2\), the base \(3, 2\)"):
+        MergeInputs(base, [{"w": torch.zeros(2, 2), "b": torch.zeros(3)}])
+    with pytest.raises(ValueError, match="other parameters"):
+        MergeInputs(base, [{"w": torch.zeros(3, 2)}])
+
+
+def test_failed_build_leaves_no_artefact(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
+    spec = _spec()
+    expert = next(a for a in PILLAR.artefacts(spec) if a.params["kind"] == "expert")
+    with pytest.raises(FileNotFoundError, match="missing merging artefact"):
+        build_artefact(spec, PILLAR, expert)  # its θ0 is not built
+    assert not any((tmp_path / "artefacts").rglob("*.safetensors"))
+
+
+def test_checkpoints_load_without_unpickling(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
+    tensors = {"w": torch.arange(6.0).view(2, 3)}
+    arts.save("x/seed0/base", tensors, {"kind": "base"})
+    model, meta = arts.files("x/seed0/base")
+    assert open(model, "rb").read(8) != b"\x80\x04\x95"  # not a pickle
+    loaded, m = arts.load("x/seed0/base")
+    assert torch.equal(loaded["w"], tensors["w"]) and m["kind"] == "base"
+    assert json.loads(open(meta).read())["kind"] == "base"
