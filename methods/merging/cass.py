@@ -201,7 +201,7 @@ class Cass(_HostParamsMixin, MergingMethod):
       (DARE drop rate); None: searched over the host's grid.
 
     Defaults: host Task Arithmetic, keep searched over {0.25, 0.5, 0.75} (ours), λ over the
-    host's grid (TA, DARE-TA: 0.05, ..., 1.00; TIES, DARE-TIES: 0.1, ..., 2.5, see ties.py), p over
+    host's grid (TA, DARE-TA: 0.01, ..., 1.00; TIES, DARE-TIES: 0.1, ..., 2.5, see ties.py), p over
     {0.1, 0.3, 0.5, 0.7, 0.9} (DARE hosts; other hosts leave it None), k = 0.2, n_examples =
     1024 (ours). The class-level ``search`` holds the default host's grids; :meth:`grid_for`
     gives the chosen host's. ∇L_t(θ0) is computed once per ``MergeInputs`` (memoised across

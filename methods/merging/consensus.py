@@ -30,7 +30,7 @@ class Consensus(MergingMethod):
     the TALL masks are built from the same τ_MTL, as in the official code.
 
     Defaults: k = 2 (the paper's and official code's ``prun_thre_k``), α chosen on validation
-    over Task Arithmetic's grid 0.05, ..., 1.00 (the official code uses 0.1, ..., 1.0 for both
+    over Task Arithmetic's grid 0.01, ..., 1.00 (the official code uses 0.1, ..., 1.0 for both
     hosts), λ_t of the TALL masks chosen per task on its validation split among
     {0.2, ..., 0.6} (as TALL; a numeric ``lam`` fixes it for every task, and with it the
     method needs no data). Ours: ``n_examples`` = 1024 validation examples per task for λ_t;

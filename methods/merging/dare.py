@@ -47,7 +47,7 @@ class DareTA(MergingMethod):
     survivors by 1/(1 − p) (Sec. 3), then θ = θ0 + λ Σ_t τ̂_t.
 
     Defaults: p and λ chosen on validation, p over {0.1, 0.3, 0.5, 0.7, 0.9} (the official
-    code's grid), λ over Task Arithmetic's grid 0.05, ..., 1.00. The official protocol tunes
+    code's grid), λ over Task Arithmetic's grid 0.01, ..., 1.00. The official protocol tunes
     the host's λ without DARE first and then p with λ fixed; here the pillar searches both.
     The drop masks are a function of ``MergeInputs.seed`` and the task index. Task vectors:
     the dropped-and-rescaled τ̂_t.

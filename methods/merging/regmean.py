@@ -63,11 +63,13 @@ class RegMean(MergingMethod):
     """RegMean: for every linear layer, the weight that best reproduces all experts' outputs on
     their own inputs, W*ᵀ = (Σ_t G̃_t)⁻¹ Σ_t G̃_t W_tᵀ (W of shape (out, in)), G_t = X_tᵀ X_t the
     Gram matrix of the layer's inputs under expert t on task t's train examples and
-    G̃_t = α G_t + (1 − α) diag(G_t) (Sec. 3); every other parameter (biases, norms,
-    embeddings, positions) is the plain average.
+    G̃_t = α G_t + (1 − α) diag(G_t) (Sec. 3); every linear layer gets the solve (the ViT's
+    patch embedding is one), every other parameter (biases, norms, the class token and
+    positions) is the plain average.
 
-    Defaults: α = 0.9 (not confirmed from the paper's text; it is the default of the RegMean
-    authors' merge code, ``regmean_alpha=0.9``, and in MergeLM's grid {0.7, 0.8, 0.9, 1.0}),
+    Defaults: α = 0.9 (ours, not the paper's: the authors' experiment configs default to no
+    reduction, ``regmean_reduce_nondiag = -1``, i.e. α = 1, and the paper tunes it; 0.9 is
+    FusionBench-style helper code's default and in MergeLM's grid {0.7, 0.8, 0.9, 1.0}),
     n_examples = 1000 train examples per task (the official configs' ``gram_n_example``).
     Grams are sums over all input rows (tokens flattened), in float64; a singular Σ G̃_t keeps
     the average along its null space (see :func:`regmean_weight`). Task vectors: the raw τ_t.

@@ -224,6 +224,7 @@ class MergingPillar(Pillar):
                             trigger={
                                 "params": params_json,
                                 "inputs": sorted(set(inputs)),
+                                "select_examples": sec["select_examples"],
                                 "protocol": 1,
                             },
                             threads=spec.data["threads"],
@@ -249,13 +250,13 @@ class MergingPillar(Pillar):
         return load_state(spec.data["merging"], spec.data["data_root"], cells)
 
     def run_cell(self, spec: Spec, cell: Cell, state: Any) -> dict[str, Any]:
-        from .job import run_merge, run_reference
+        from .job import run_in_lightning, run_merge, run_reference
 
         if cell.columns["kind"] == "reference":
-            return run_reference(state.batch(cell), cell.method)
+            return run_in_lightning(lambda: run_reference(state.batch(cell), cell.method))
         info = registry.get_method(cell.method, FAMILY)
         params = registry.build_params(info, json.loads(cell.params_json), families=FAMILY)
-        return run_merge(state.batch(cell), info.cls, params, cell.seed)
+        return run_in_lightning(lambda: run_merge(state.batch(cell), info.cls, params, cell.seed))
 
     # ------------------------------------------------------------------ table and board
     @property

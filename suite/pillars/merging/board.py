@@ -51,6 +51,13 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
             pl.col("merge_s").mean().alias("merge_s"),
             pl.col("examples").mean().alias("examples"),
             pl.col("chosen_json").unique().sort().str.join(" / ").alias("chosen"),
+            pl.col("at_grid_edge")
+            .filter(pl.col("at_grid_edge") != "")
+            .unique()
+            .sort()
+            .str.join(",")
+            .alias("at_grid_edge"),
+            pl.col("per_task_models").any().alias("per_task_models"),
         )
         .with_columns(pl.col("kind").eq("reference").alias("_ref"))
         .sort("model", "_ref", "norm_acc", descending=[False, False, True])
@@ -114,7 +121,10 @@ def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
         lines += [f"## {model}: {tasks[0] if len(tasks) else ''}", ""]
         main = g.select(
             pl.col("rank").map_elements(fmt, return_dtype=pl.String).alias("rank"),
-            "method",
+            pl.when(pl.col("per_task_models") & (pl.col("kind") == "merge"))
+            .then(pl.col("method") + " †")
+            .otherwise(pl.col("method"))
+            .alias("method"),
             "setting",
             _pm("norm_acc"),
             _pm("avg_acc"),
@@ -125,8 +135,18 @@ def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
             "examples",
             "seeds",
             "chosen",
+            pl.col("at_grid_edge").alias("edge"),
         )
-        lines += md_table(main) + ["", "Per-task test accuracy (mean over seeds):", ""]
+        lines += md_table(main)
+        lines += [
+            "",
+            "† one trunk per task (TALL masks), not one merged model. `edge`: searched "
+            "parameters chosen at the end of their grid in some seed (the optimum may lie "
+            "outside it).",
+            "",
+            "Per-task test accuracy (mean over seeds):",
+            "",
+        ]
         task_cols = [c for c in g.columns if c.startswith("acc_")]
         short = g.select("method", "setting", *task_cols).rename({c: c[4:] for c in task_cols})
         lines += md_table(short) + [""]

@@ -10,6 +10,8 @@ Protocol (the same for every method of a board):
    every point is kept in the record;
 3. the chosen merge is evaluated on every task's test split.
 
+Each cell runs as the test loop of a Lightning module (:func:`run_in_lightning`).
+
 Normalized accuracy (Ilharco et al. 2023, Sec. 4; Yadav et al. 2023, Sec. 6) is per task
 first, then averaged: ``mean_t acc(merged on t) / acc(expert t on t)``, both on the same split.
 References are cells too: ``zero_shot`` (θ0 with the task heads), ``individual`` (each expert
@@ -86,9 +88,14 @@ class TaskBank:
         return seen
 
     @torch.no_grad()
-    def evaluate(self, trunk: Mapping[str, torch.Tensor], task: int, split: str):
-        """(accuracy, mean cross-entropy) of ``trunk`` + head ``task`` on a whole split."""
+    def evaluate(
+        self, trunk: Mapping[str, torch.Tensor], task: int, split: str, limit: int | None = None
+    ):
+        """(accuracy, mean cross-entropy) of ``trunk`` + head ``task`` on a split (its first
+        ``limit`` examples when given)."""
         x, y = getattr(self.tasks[task], split).tensors
+        if limit is not None:
+            x, y = x[:limit], y[:limit]
         logits = torch.cat(
             [self.logits(trunk, task, x[i : i + EVAL_BATCH]) for i in range(0, len(x), EVAL_BATCH)]
         )
@@ -105,11 +112,19 @@ class BatchState:
     experts: dict[str, list[dict[str, torch.Tensor]]]  # expert kind -> one trunk per task
     multitask: dict[str, torch.Tensor] | None
     expert_acc: dict[str, list[float]] = field(default_factory=dict)  # split -> per task
+    select_examples: int | None = None  # validation examples per task the selection reads
 
 
-def scores(bank: TaskBank, result_or_trunks, split: str, expert_acc: Sequence[float]):
-    """Per-task (acc, loss) of a merge result (or a list of per-task trunks) on ``split`` and
-    the average and normalized accuracies."""
+def scores(
+    bank: TaskBank,
+    result_or_trunks,
+    split: str,
+    expert_acc: Sequence[float],
+    limit: int | None = None,
+):
+    """Per-task (acc, loss) of a merge result (or a list of per-task trunks) on ``split`` (its
+    first ``limit`` examples per task) and the average and normalized accuracies; the experts'
+    accuracies ``expert_acc`` must be on the same examples."""
     per = []
     for t in range(bank.n_tasks):
         trunk = (
@@ -117,7 +132,7 @@ def scores(bank: TaskBank, result_or_trunks, split: str, expert_acc: Sequence[fl
             if isinstance(result_or_trunks, MergeResult)
             else result_or_trunks[t]
         )
-        per.append(bank.evaluate(trunk, t, split))
+        per.append(bank.evaluate(trunk, t, split, limit))
     accs = [a for a, _ in per]
     norm = [a / e if e > 0 else float("nan") for a, e in zip(accs, expert_acc)]
     return {
@@ -155,12 +170,21 @@ def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any
         result = method.merge(inputs, resolved)
         merge_s = time.perf_counter() - t0
         examples = max(result.examples, state.bank.examples_read)
-        val = scores(state.bank, result, "val", state.expert_acc["val"])
+        val = scores(state.bank, result, "val", state.expert_acc["val"], state.select_examples)
         curve.append({**point, "val_avg_acc": val["avg_acc"], "val_norm_acc": val["norm_acc"]})
         if best is None or val["norm_acc"] > best[2]["norm_acc"]:
             best = (point, result, val, merge_s, examples)
     select_s = time.perf_counter() - t_sel
     point, result, val, merge_s, examples = best
+    if len(curve) > 1:
+        # The cost of the chosen merge from scratch: methods may memoise work that does not
+        # depend on the searched parameters (CASS's gradients, TALL's masks) across the grid.
+        fresh = MergeInputs(state.base, experts, tasks, groups(state.cfg), state.bank, seed)
+        state.bank.examples_read = 0
+        t0 = time.perf_counter()
+        result = method.merge(fresh, dataclasses.replace(params, **point))
+        merge_s = time.perf_counter() - t0
+        examples = max(result.examples, state.bank.examples_read)
     test = scores(state.bank, result, "test", state.expert_acc["test"])
     tvs = result.task_vectors or task_vectors(state.base, experts)
     out = _columns(tasks, test, state.expert_acc["test"])
@@ -173,11 +197,58 @@ def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any
         n_candidates=len(curve),
         examples=examples,
         chosen_json=json.dumps(point, sort_keys=True),
+        at_grid_edge=",".join(at_edge(method_cls.grid_for(params), point)),
+        per_task_models=result.per_task is not None,
         curve_json=json.dumps(curve),
         info_json=json.dumps(result.info, sort_keys=True, default=float),
         peak_mem_mb=peak_mb(),
     )
     return out
+
+
+def at_edge(grid: Mapping[str, Sequence[Any]], point: Mapping[str, Any]) -> list[str]:
+    """The searched parameters whose chosen value is the smallest or largest of a numeric grid
+    of several values: the optimum may lie outside the grid."""
+    out = []
+    for name, value in point.items():
+        values = [v for v in grid.get(name, ()) if isinstance(v, int | float)]
+        if (
+            len(values) > 1
+            and isinstance(value, int | float)
+            and value in (min(values), max(values))
+        ):
+            out.append(name)
+    return out
+
+
+def run_in_lightning(fn) -> dict[str, Any]:
+    """Run one cell's work (selection, merge, evaluation) as the test loop of a Lightning
+    module, one batch, like every job of the suite. On the CPU: the state dicts are small and
+    the evaluation reads CPU tensors (the experts' training uses the accelerator)."""
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader
+
+    from sparsebench.suite.job import quiet_lightning
+
+    class _Cell(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.result: dict[str, Any] = {}
+
+        def test_step(self, batch, batch_idx):
+            self.result = fn()
+
+    quiet_lightning()
+    module = _Cell()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.test(module, DataLoader([0], batch_size=1), verbose=False)
+    return module.result
 
 
 def run_reference(state: BatchState, name: str) -> dict[str, Any]:
@@ -195,7 +266,7 @@ def run_reference(state: BatchState, name: str) -> dict[str, Any]:
         trunks, tvs = [state.multitask] * n, [task_vectors(state.base, [state.multitask])[0]]
     else:
         raise ValueError(f"unknown reference {name!r}; known: {', '.join(REFERENCES)}")
-    val = scores(bank, trunks, "val", state.expert_acc["val"])
+    val = scores(bank, trunks, "val", state.expert_acc["val"], state.select_examples)
     test = scores(bank, trunks, "test", state.expert_acc["test"])
     out = _columns([t.name for t in bank.tasks], test, state.expert_acc["test"])
     out.update(
@@ -207,6 +278,8 @@ def run_reference(state: BatchState, name: str) -> dict[str, Any]:
         n_candidates=1,
         examples=0,
         chosen_json="{}",
+        at_grid_edge="",
+        per_task_models=name == "individual",
         curve_json="[]",
         info_json="{}",
         peak_mem_mb=peak_mb(),

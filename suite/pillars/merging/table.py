@@ -27,6 +27,8 @@ COLUMNS: dict[str, type] = {
     "n_candidates": int,  # grid points evaluated on validation
     "examples": int,  # data examples the chosen merge read (0: data-free)
     "chosen_json": str,  # the hyperparameters chosen on validation
+    "at_grid_edge": str,  # searched parameters chosen at the end of their grid ("" if none)
+    "per_task_models": bool,  # one trunk per task (TALL masks, individual), not one model
     "curve_json": str,  # [{param: value, val_avg_acc, val_norm_acc}] over the grid
     "info_json": str,  # method-specific numbers (e.g. AdaMerging's learned λ)
     "peak_mem_mb": float,  # peak resident memory of the cell (MiB)

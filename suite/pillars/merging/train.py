@@ -31,7 +31,8 @@ class TrunkModule(pl.LightningModule):
     """Trunk + one linear head per task; batches are (x, y, task index).
 
     ``heads`` trainable only for pre-training; ``grad_masks`` (trunk key -> bool tensor)
-    zeroes the gradient of every entry outside the mask before each step (CASS-Tuning)."""
+    zeroes the gradient of every entry outside the mask before each step and resets those
+    entries to their starting value after it (CASS-Tuning: weight decay would move them)."""
 
     def __init__(
         self,
@@ -57,6 +58,13 @@ class TrunkModule(pl.LightningModule):
         self.recipe = recipe
         self.total_steps = total_steps
         self.grad_masks = {k: v.float() for k, v in (grad_masks or {}).items()}
+        # θ0 of the masked entries: AdamW's decoupled weight decay moves every weight, so
+        # zeroed gradients alone would leave a dense task vector (-lr·wd·θ0 per step).
+        self.anchor = (
+            {k: v.detach().clone() for k, v in self.trunk.state_dict().items()}
+            if self.grad_masks
+            else {}
+        )
         self.last_loss = math.nan
 
     def forward(self, x: torch.Tensor, task: int) -> torch.Tensor:
@@ -81,6 +89,17 @@ class TrunkModule(pl.LightningModule):
         for name, p in self.trunk.named_parameters():
             if p.grad is not None and name in self.grad_masks:
                 p.grad.mul_(self.grad_masks[name])
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        """CASS-Tuning: entries outside the mask are reset to θ0 after every step, so the
+        expert's task vector is exactly zero there (p <- θ0 + m ∘ (p − θ0))."""
+        if not self.grad_masks:
+            return
+        with torch.no_grad():
+            for name, p in self.trunk.named_parameters():
+                if name in self.grad_masks:
+                    a = self.anchor[name].to(p.device)
+                    p.copy_(a + self.grad_masks[name].to(p.device) * (p - a))
 
     def configure_optimizers(self):
         r = self.recipe
@@ -113,7 +132,7 @@ def _loader(sets: Sequence[TensorDataset], batch_size: int, seed: int) -> DataLo
 def _fit(module: TrunkModule, loader: DataLoader, epochs: int) -> None:
     trainer = pl.Trainer(
         max_epochs=epochs,
-        accelerator="cpu",
+        accelerator="auto",  # a GPU when there is one; the module comes back to the CPU
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -140,7 +159,7 @@ def train(
         cfg, trunk_state, heads, recipe, recipe.epochs * len(loader), train_heads, grad_masks
     )
     _fit(module, loader, recipe.epochs)
-    return module.eval()
+    return module.cpu().eval()
 
 
 @torch.no_grad()

@@ -184,3 +184,35 @@ def test_checkpoints_load_without_unpickling(tmp_path, monkeypatch):
     loaded, m = arts.load("x/seed0/base")
     assert torch.equal(loaded["w"], tensors["w"]) and m["kind"] == "base"
     assert json.loads(open(meta).read())["kind"] == "base"
+
+
+def test_cass_tuning_expert_is_exactly_theta0_outside_its_mask():
+    """Masked gradients alone are not enough under AdamW's weight decay: the entries outside
+    the mask must come back exactly to θ0."""
+    from torch.utils.data import TensorDataset
+
+    from sparsebench.suite.pillars.merging.config import Recipe
+    from sparsebench.suite.pillars.merging.train import train
+
+    torch.manual_seed(0)
+    trunk = build_trunk(MLP)
+    base = {k: v.clone() for k, v in trunk.state_dict().items()}
+    gs = groups(MLP)
+    masks = group_masks(base, gs[:3])  # three neurons of the first layer
+    data = TensorDataset(torch.randn(64, 1, 28, 28), torch.randint(0, 3, (64,)))
+    head = (torch.randn(3, MLP.width), torch.zeros(3))
+    recipe = Recipe(epochs=2, lr=1e-2, batch_size=16, weight_decay=0.1)
+    out = train(MLP, base, [head], [data], recipe, seed=0, grad_masks=masks).trunk.state_dict()
+    for k in base:
+        tau = out[k] - base[k]
+        assert torch.count_nonzero(tau[~masks[k]]) == 0, k
+    assert any(torch.count_nonzero(out[k] - base[k]) for k in base), "the mask did train"
+
+
+def test_grid_edge_flags_the_ends_of_numeric_grids():
+    from sparsebench.suite.pillars.merging.job import at_edge
+
+    grid = {"lam": (0.1, 0.2, 0.3), "p": (0.5,), "host": ("ties",)}
+    assert at_edge(grid, {"lam": 0.1, "p": 0.5}) == ["lam"]
+    assert at_edge(grid, {"lam": 0.2}) == []
+    assert at_edge(grid, {"lam": 0.3}) == ["lam"]
