@@ -236,12 +236,14 @@ def run_in_lightning(fn) -> dict[str, Any]:
             self.result: dict[str, Any] = {}
 
         def test_step(self, batch, batch_idx):
-            self.result = fn()
+            with torch.enable_grad():  # Fisher, AdaMerging and CASS differentiate
+                self.result = fn()
 
     quiet_lightning()
     module = _Cell()
     trainer = pl.Trainer(
         accelerator="cpu",
+        inference_mode=False,  # no_grad only, which test_step lifts
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
