@@ -25,6 +25,17 @@ from . import artefacts as arts
 from .table import COLUMNS
 
 FAMILY = ("merging",)
+# Parameters of the tiny contract runs that would take longest at their defaults (seconds, not
+# tens of seconds): fewer AdaMerging steps, fewer Fisher/RegMean examples, one DARE rate.
+TINY: dict[str, dict[str, Any]] = {
+    "adamerging_task": {"steps": 20},
+    "adamerging_layer": {"steps": 20},
+    "fisher": {"n_examples": 32},
+    "regmean": {"n_examples": 64},
+    "dare_ta": {"p": 0.5},
+    "dare_ties": {"p": 0.5},
+    "cass": {"keep": 0.5, "n_examples": 64},
+}
 EXPERTS_PER_JOB = 4
 
 
@@ -63,7 +74,11 @@ class MergingPillar(Pillar):
     # ------------------------------------------------------------------ spec
     def example(self, method: str | None = None) -> dict[str, Any]:
         recipe = {"epochs": 1, "lr": 0.001, "batch_size": 128}
-        methods = {method: {}} if method else {"task_arithmetic": {"lam": 0.3}, "ties": {}}
+        methods = (
+            {method: TINY.get(method, {})}
+            if method
+            else {"task_arithmetic": {"lam": 0.3}, "ties": {}}
+        )
         return {
             "merging": {
                 "models": {"mlp": {"kind": "mlp", "width": 32, "depth": 1}},
@@ -131,7 +146,7 @@ class MergingPillar(Pillar):
                 for i, task in enumerate(sec["tasks"]):
                     # Experts of a seed share jobs, EXPERTS_PER_JOB at a time: one interpreter
                     # start per few experts, and still a job per core.
-                    chunk = f"{model}/seed{seed}/{i // EXPERTS_PER_JOB}"
+                    chunk = f"{arts.model_id(sec, model)}/seed{seed}/{i // EXPERTS_PER_JOB}"
                     eid = arts.expert_id(sec, model, seed, task)
                     experts.append(arts.files(eid)[0])
                     out.append(
