@@ -51,6 +51,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"no {pillar.name} cell {unknown[0]!r} in {args.spec}; its {len(cells)} cells are "
             f"e.g. {some} (`sparsebench validate {args.spec}` lists them)"
         )
+    missing = sorted({i for c in wanted for i in cells[c].inputs if not Path(i).is_file()})
+    if missing:  # no failed records: they would count as done and block the artefacts' rules
+        raise SystemExit(
+            f"sparsebench run: {len(missing)} input(s) of these cells do not exist yet, e.g. "
+            f"{missing[0]}; build them first: snakemake --cores N --configfile {args.spec} "
+            f"(it makes them), or `sparsebench build {pillar.name} --artefact ID --spec "
+            f"{args.spec}`"
+        )
     run_batch(
         spec, pillar, [cells[c] for c in wanted], args.parallel_jobs, args.root,
         threads=args.threads,

@@ -120,7 +120,13 @@ class MergingPillar(Pillar):
             except ValueError as e:
                 raise SpecError(f"{src}: merging.models.{name}: {e}") from None
         for method in sec["methods"]:
-            settings(spec, method)  # every Params built: names and types checked here
+            for s in settings(spec, method):  # every Params built: names and types checked
+                k = getattr(s.params, "k", None)
+                if method == "consensus" and k > len(sec["tasks"]):
+                    raise SpecError(
+                        f"{src}: merging.methods.consensus.k: {k} tasks must agree but the "
+                        f"spec merges {len(sec['tasks'])}; allowed: 1 to {len(sec['tasks'])}"
+                    )
         sources = {TASKS[t].source for t in sec["tasks"]}
         for source in sorted(sources):
             try:
@@ -247,6 +253,7 @@ class MergingPillar(Pillar):
                             inputs=tuple(sorted(set(inputs))),
                             columns={
                                 "model": model,
+                                "experts": arts.expert_set(sec, model),
                                 "kind": kind,
                                 "tasks": ",".join(tasks),
                                 "n_tasks": len(tasks),

@@ -76,6 +76,12 @@ def multitask_id(section: Mapping[str, Any], model: str, seed: int) -> str:
     return f"{model_id(section, model)}/seed{seed}/multitask-{_ft(section)}-{tasks}"
 
 
+def expert_set(section: Mapping[str, Any], model: str) -> str:
+    """Identity of the experts a cell merges (seed aside): records from other expert sets are
+    never ranked together (see board.label_expert_sets)."""
+    return f"{model_id(section, model)}/expert-{_ft(section)}/tasks-{_hash(list(section['tasks']))}"
+
+
 def files(artefact_id: str) -> tuple[str, str]:
     """(model.safetensors, meta.json) of an artefact."""
     folder = paths.artefact(PILLAR, artefact_id)

@@ -16,6 +16,20 @@ from sparsebench.suite.record import atomic_write
 KEYS = ("model", "method", "setting")
 
 
+def label_expert_sets(runs: pl.DataFrame) -> pl.DataFrame:
+    """Rows merged from different expert sets (another fine-tuning recipe or task list, kept
+    by ``sparsebench leaderboard`` from an older spec) are never compared: where one model
+    has several, ``model`` becomes ``<model> [<experts>]`` for the whole board."""
+    if "experts" not in runs.columns or runs.is_empty():
+        return runs
+    several = runs.group_by("model").agg(pl.col("experts").n_unique().alias("_n"))
+    runs = runs.join(several, on="model", how="left")
+    label = pl.format("{} [{}]", "model", "experts")
+    return runs.with_columns(
+        pl.when(pl.col("_n") > 1).then(label).otherwise(pl.col("model")).alias("model")
+    ).drop("_n")
+
+
 def _ok(runs: pl.DataFrame) -> pl.DataFrame:
     return runs.filter(pl.col("status") == "ok")
 
@@ -169,6 +183,7 @@ def _pm(col: str) -> pl.Expr:
 
 
 def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
+    runs = label_expert_sets(runs)
     board = leaderboard(runs)
     curve = lambda_curve(runs)
     atomic_write(Path(out_dir) / "lambda_curve.csv", curve.write_csv)
@@ -263,7 +278,7 @@ def plot_curve(curve: pl.DataFrame, path: Path) -> None:
 
 
 def summary(runs: pl.DataFrame, top: int = 3) -> str:
-    board = leaderboard(runs)
+    board = leaderboard(label_expert_sets(runs))
     if board.is_empty():
         return "no finished merging cells"
     lines = []

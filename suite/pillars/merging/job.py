@@ -196,7 +196,7 @@ def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any
         select_s=select_s,
         n_candidates=len(curve),
         examples=examples,
-        chosen_json=json.dumps(point, sort_keys=True),
+        chosen_json=json.dumps({k: v for k, v in point.items() if v is not None}, sort_keys=True),
         at_grid_edge=",".join(at_edge(method_cls.grid_for(params), point)),
         per_task_models=result.per_task is not None,
         curve_json=json.dumps(curve),

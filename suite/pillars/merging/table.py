@@ -10,6 +10,7 @@ from sparsebench.suite.schemas import CommonSchema
 # Columns of a merging record besides the common ones (accuracies are fractions in [0, 1]).
 COLUMNS: dict[str, type] = {
     "model": str,  # the trunk's name in the spec (merging.models)
+    "experts": str,  # the expert set merged: trunk hash, fine-tuning hash, task-list hash
     "kind": str,  # "merge" | "reference"
     "tasks": str,  # the merged tasks, comma-separated, in order
     "n_tasks": int,

@@ -216,3 +216,32 @@ def test_grid_edge_flags_the_ends_of_numeric_grids():
     assert at_edge(grid, {"lam": 0.1, "p": 0.5}) == ["lam"]
     assert at_edge(grid, {"lam": 0.2}) == []
     assert at_edge(grid, {"lam": 0.3}) == ["lam"]
+
+
+def test_run_refuses_cells_whose_artefacts_are_missing(tmp_path, monkeypatch):
+    """No failed records that would block Snakemake's artefact rules: a clear refusal."""
+    import yaml
+
+    from sparsebench.suite.cli import main
+
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
+    spec_file = tmp_path / "m.yaml"
+    spec_file.write_text(yaml.safe_dump({"benchmark": "m", **PILLAR.example()}))
+    with pytest.raises(SystemExit, match="do not exist yet.*snakemake"):
+        main(["run", "merging", "--all", "--spec", str(spec_file), "--root", str(tmp_path)])
+    assert not list(tmp_path.rglob("record.json"))
+
+
+def test_consensus_k_above_the_task_count_is_refused():
+    with pytest.raises(SpecError, match="consensus.k: 3 tasks must agree.*merges 2"):
+        _spec(methods={"consensus": {"k": 3}})
+
+
+def test_rows_of_other_expert_sets_are_labelled_apart():
+    import polars as pl
+
+    from sparsebench.suite.pillars.merging.board import label_expert_sets
+
+    runs = pl.DataFrame({"model": ["mlp", "mlp", "vit"], "experts": ["a", "b", "c"]})
+    out = label_expert_sets(runs)["model"].to_list()
+    assert out == ["mlp [a]", "mlp [b]", "vit"]
