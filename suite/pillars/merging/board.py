@@ -22,11 +22,12 @@ def label_expert_sets(runs: pl.DataFrame) -> pl.DataFrame:
     has several, ``model`` becomes ``<model> [<experts>]`` for the whole board."""
     if "experts" not in runs.columns or runs.is_empty():
         return runs
-    several = runs.group_by("model").agg(pl.col("experts").n_unique().alias("_n"))
+    several = runs.group_by("model").agg(pl.col("experts").drop_nulls().n_unique().alias("_n"))
     runs = runs.join(several, on="model", how="left")
     label = pl.format("{} [{}]", "model", "experts")
+    apart = (pl.col("_n") > 1) & pl.col("experts").is_not_null()  # null: records from before
     return runs.with_columns(
-        pl.when(pl.col("_n") > 1).then(label).otherwise(pl.col("model")).alias("model")
+        pl.when(apart).then(label).otherwise(pl.col("model")).alias("model")
     ).drop("_n")
 
 
@@ -288,7 +289,7 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
         for r in [*merges.iter_rows(named=True), *refs.iter_rows(named=True)]:
             tag = f"#{r['rank']}" if r["rank"] is not None else "ref"
             lines.append(
-                f"{model:8s} {tag:4s} {r['method']:18s} norm acc {r['norm_acc']:.3f} "
-                f"avg acc {r['avg_acc']:.3f} density {fmt(r['density'])}"
+                f"{model:8s} {tag:4s} {r['method']:18s} norm acc {fmt(r['norm_acc'])} "
+                f"avg acc {fmt(r['avg_acc'])} density {fmt(r['density'])}"
             )
     return "\n".join(lines)

@@ -242,6 +242,6 @@ def test_rows_of_other_expert_sets_are_labelled_apart():
 
     from sparsebench.suite.pillars.merging.board import label_expert_sets
 
-    runs = pl.DataFrame({"model": ["mlp", "mlp", "vit"], "experts": ["a", "b", "c"]})
+    runs = pl.DataFrame({"model": ["mlp", "mlp", "vit", "vit"], "experts": ["a", "b", "c", None]})
     out = label_expert_sets(runs)["model"].to_list()
-    assert out == ["mlp [a]", "mlp [b]", "vit"]
+    assert out == ["mlp [a]", "mlp [b]", "vit", "vit"]
