@@ -285,9 +285,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     bd = sub.add_parser("build", help="build artefacts of a pillar (models that cells read)")
     bd.add_argument("pillar")
-    bd.add_argument("--artefact", action="append", required=True, help="artefact id (repeatable)")
-    bd.add_argument("--spec", default=os.environ.get("SPARSEBENCH_SPEC"))
-    bd.add_argument("--threads", type=int, default=None)
+    bd.add_argument(
+        "--artefact",
+        action="append",
+        required=True,
+        help="artefact id: its folder under results/artefacts/<pillar>/ (e.g. "
+        "mlp-025bec1d/seed0/base); repeatable; a wrong id lists the spec's",
+    )
+    bd.add_argument("--spec", default=os.environ.get("SPARSEBENCH_SPEC"), help="the spec")
+    bd.add_argument("--threads", type=int, default=None, help="torch threads")
     bd.set_defaults(func=_cmd_build)
 
     pl_ = sub.add_parser("pillars", help="list registered pillars, spec keys and metrics")
