@@ -53,7 +53,8 @@ def erk_densities(
     dense_layers: Sequence[str] = (),
     power_scale: float = 1.0,
 ) -> dict[str, float]:
-    """Erdős–Rényi-Kernel layer densities (Evci et al. 2020, Sec. 3 "Sparsity distribution").
+    """ERK layer densities: Erdős–Rényi scaled by each layer's receptive field (Evci et al.
+    2020, Sec. 3 "Sparsity distribution").
 
     Layer l with weight shape ``(n_out, n_in, k_h, k_w)`` (or ``(n_out, n_in)`` for Linear, which
     is plain Erdős–Rényi as in Mocanu et al. 2018) gets density ``eps * (sum(shape) / prod(shape))``
