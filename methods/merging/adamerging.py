@@ -3,15 +3,19 @@ inputs (Yang et al. 2024), task-wise and layer-wise."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 
 from sparsebench.suite.registry import register
 
-from ._data import chunks, entropy, read, require_data
-from .base import MergeData, MergeInputs, MergeResult, MergingMethod, StateDict
+from ._data import chunks, entropy, memo, read, require_data
+from .base import MergeData, MergeInputs, MergeResult, MergingMethod, StateDict, add_scaled, combine
+from .task_arithmetic import LAMBDA_GRID
+
+TA_INIT = "task_arithmetic"
 
 
 class _AdaMerging(MergingMethod):
@@ -25,7 +29,9 @@ class _AdaMerging(MergingMethod):
     class Params:
         steps: int = 500  # Adam steps (the official code's 500 "epochs", one step each)
         lr: float = 1e-3
-        init: float = 0.3  # initial λ (the official code's prior)
+        # initial λ: Task Arithmetic's λ chosen on validation (the role of the official code's
+        # prior 0.3, TA's λ for its CLIP ViTs), or a number (0.3: the literal constant)
+        init: float | Literal["task_arithmetic"] = TA_INIT
         batch_size: int = 32  # unlabeled inputs per task per step (2 batches of 16 officially)
         n_examples: int = 1024  # pool of unlabeled test inputs per task (official: whole set)
         clamp: bool = True  # λ clamped to [0, 1] in the forward pass (official code)
@@ -38,6 +44,10 @@ class _AdaMerging(MergingMethod):
                     raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
             if self.lr <= 0:
                 raise ValueError(f"lr must be > 0, got {self.lr}")
+            if isinstance(self.init, str) and self.init != TA_INIT:
+                raise ValueError(f"init must be a number or {TA_INIT!r}, got {self.init!r}")
+            if not isinstance(self.init, str) and self.init < 0:
+                raise ValueError(f"init must be >= 0, got {self.init}")
 
     def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
         data = require_data(inputs, self.method_name)
@@ -52,11 +62,10 @@ class _AdaMerging(MergingMethod):
             pools.append(x)
             read_n += x.shape[0]
 
+        init = self.initial_lambda(inputs, params)
         shape = (n_tasks,) if self.granularity == "task" else (len(keys), n_tasks)
         ref = next(iter(base.values()))
-        raw = torch.full(
-            shape, float(params.init), dtype=ref.dtype, device=ref.device, requires_grad=True
-        )
+        raw = torch.full(shape, init, dtype=ref.dtype, device=ref.device, requires_grad=True)
         opt = torch.optim.Adam([raw], lr=params.lr, betas=(0.9, 0.999), weight_decay=0.0)
         g = torch.Generator().manual_seed(int(inputs.seed))
 
@@ -71,11 +80,20 @@ class _AdaMerging(MergingMethod):
 
         before = _mean_entropy(data, merged(raw.detach()), pools)
         for _ in range(params.steps):
-            trunk = merged(raw)
-            loss = 0.0
-            for t, pool in enumerate(pools):
-                idx = torch.randperm(pool.shape[0], generator=g)[: params.batch_size]
-                loss = loss + entropy(data.logits(trunk, t, pool[idx.to(pool.device)])).mean()
+            batches = [
+                pool[
+                    torch.randperm(pool.shape[0], generator=g)[: params.batch_size].to(pool.device)
+                ]
+                for pool in pools
+            ]
+            # one trunk for every task: one forward pass over the tasks' batches, each task's
+            # slice of the features through its own head
+            feats = data.features(merged(raw), torch.cat(batches))
+            loss, start = 0.0, 0
+            for t, b in enumerate(batches):
+                head = data.head_logits(t, feats[start : start + b.shape[0]])
+                loss = loss + entropy(head).mean()
+                start += b.shape[0]
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -87,6 +105,7 @@ class _AdaMerging(MergingMethod):
         per_task = lam if self.granularity == "task" else lam.mean(0)
         info = {
             "lambdas": [float(v) for v in per_task],
+            "init": init,
             "entropy_before": before,
             "entropy_after": after,
         }
@@ -94,6 +113,28 @@ class _AdaMerging(MergingMethod):
             info["lambda_min"] = float(lam.min())
             info["lambda_max"] = float(lam.max())
         return MergeResult(state=state, task_vectors=tvs, examples=read_n, info=info)
+
+    @staticmethod
+    def initial_lambda(inputs: MergeInputs, params: Params) -> float:
+        """The λ at which every coefficient starts: ``params.init`` when a number; for
+        ``"task_arithmetic"`` the λ of Task Arithmetic's grid (0.01, ..., 1.00) with the
+        highest :meth:`MergeData.selection_score` (the first one on a tie): the choice the
+        ``task_arithmetic`` cell makes, on the labeled validation examples every method's
+        selection reads (not counted in ``examples``, as no method's selection is)."""
+        if not isinstance(params.init, str):
+            return float(params.init)
+
+        def search() -> float:
+            data = require_data(inputs, "adamerging")
+            summed = combine(inputs.task_vectors(), lambda s: s.sum(0))
+            best, best_score = LAMBDA_GRID[0], -math.inf
+            for lam in LAMBDA_GRID:
+                score = data.selection_score(add_scaled(inputs.base, summed, lam))
+                if score > best_score:
+                    best, best_score = lam, score
+            return float(best)
+
+        return memo(inputs, ("adamerging_init",), search)
 
 
 def _mean_entropy(data: MergeData, trunk: StateDict, pools: list[torch.Tensor]) -> float:
@@ -111,16 +152,20 @@ class AdaMergingTask(_AdaMerging):
     """Task-wise AdaMerging: θ = θ0 + Σ_t λ_t τ_t with one coefficient λ_t per task, learned
     by entropy minimisation on unlabeled test inputs.
 
-    λ is initialised at 0.3 and trained by Adam (lr 1e-3, betas (0.9, 0.999), no weight
-    decay) for 500 steps on Σ_t H_t, H_t the mean Shannon entropy of softmax(logits) of the
-    merged trunk with task t's head on a batch of task t's unlabeled **test** inputs (labels
-    are never read): the paper's test-time adaptation protocol, so this method sees
-    (unlabeled) test inputs, unlike the others. λ is clamped to [0, 1] in the forward pass,
-    as in the official code.
+    λ is initialised at Task Arithmetic's λ chosen on validation and trained by Adam (lr 1e-3,
+    betas (0.9, 0.999), no weight decay) for 500 steps on Σ_t H_t, H_t the mean Shannon entropy
+    of softmax(logits) of the merged trunk with task t's head on a batch of task t's unlabeled
+    **test** inputs (labels are never read): the paper's test-time adaptation protocol, so this
+    method sees (unlabeled) test inputs, unlike the others. λ is clamped to [0, 1] in the
+    forward pass, as in the official code.
 
-    Defaults (official code, github.com/EnnengYang/AdaMerging): steps 500, lr 1e-3, init 0.3,
-    32 inputs per task per step (its loop sums the mean entropies of two shuffled batches of
-    16; we take the mean over 32: the same up to a constant factor, which Adam ignores). Ours:
+    Defaults (official code, github.com/EnnengYang/AdaMerging): steps 500, lr 1e-3, 32 inputs
+    per task per step (its loop sums the mean entropies of two shuffled batches of
+    16; we take the mean over 32: the same up to a constant factor, which Adam ignores). The
+    official prior 0.3 is Task Arithmetic's λ for its CLIP ViTs (Ilharco et al. 2023); at our
+    scale TA's λ is far smaller (0.01-0.05), and 0.3 would start AdaMerging where every merge
+    is worse than θ0, so ``init`` defaults to the λ TA chooses on validation
+    (:meth:`initial_lambda`; ``init: 0.3`` is the literal constant). Ours:
     the pool is the first ``n_examples`` = 1024 test inputs of each task (officially the whole
     test set); each step draws its batch without replacement from the pool with a generator
     seeded by ``MergeInputs.seed``. ``info``: the learned λ per task, the mean entropy over
@@ -140,11 +185,11 @@ class AdaMergingLayer(_AdaMerging):
     trunk parameter tensor l (a "layer" is one state-dict entry, as in the official code),
     learned by entropy minimisation on unlabeled test inputs.
 
-    Training exactly as :class:`AdaMergingTask` (init 0.3, Adam lr 1e-3, betas (0.9, 0.999),
-    500 steps, 32 unlabeled test inputs per task per step, λ clamped to [0, 1]; the pool of
-    ``n_examples`` = 1024 test inputs per task is ours). ``info``: per task the mean of its
-    learned λ_t^l over tensors, the overall min and max, the mean entropy before and after.
-    Task vectors: the raw τ_t.
+    Training exactly as :class:`AdaMergingTask` (init at TA's validation λ, Adam lr 1e-3, betas
+    (0.9, 0.999), 500 steps, 32 unlabeled test inputs per task per step, λ clamped to [0, 1];
+    the pool of ``n_examples`` = 1024 test inputs per task is ours). ``info``: per task the mean
+    of its learned λ_t^l over tensors, the overall min and max, the mean entropy before and
+    after. Task vectors: the raw τ_t.
 
     Source: Yang, Wang, Shen, Liu, Guo, Wang, Tao, "AdaMerging: Adaptive Model Merging for
     Multi-Task Learning", ICLR 2024, Sec. 3 (layer-wise AdaMerging, entropy objective).

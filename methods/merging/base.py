@@ -9,7 +9,9 @@ job), so the state dicts here hold trunk parameters only.
 
 Hyperparameter search: a ``Params`` field whose value is ``None`` is chosen by the pillar on
 each task's validation split over the method's :attr:`MergingMethod.search` grid (by average
-normalized accuracy); ``merge`` always receives resolved values (no ``None``).
+normalized accuracy); ``merge`` always receives resolved values (no ``None``). A method whose
+paper tunes its parameters one after the other (DARE: the host's λ without dropping, then
+the drop rate at that λ) says so in :meth:`MergingMethod.search_stages`.
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ class MergeData(Protocol):
     ``linear_inputs(trunk, t, x)`` -> ``{weight key: (rows, in_features)}``: the inputs of
     every ``nn.Linear`` of the trunk (tokens flattened into rows), for Gram matrices.
     ``linear_keys``: the weight keys of those linear layers.
+    ``features(trunk, x)`` -> (n, d) and ``head_logits(t, features)`` -> (n, classes_t): the
+    two halves of ``logits`` (the trunk is shared by every task: a method that evaluates one
+    merged trunk on several tasks runs it once on their inputs concatenated).
+    ``selection_score(trunk)`` -> float: the pillar's selection criterion of one merged trunk
+    (average normalized accuracy on the validation examples the selection reads; higher is
+    better), for a method whose own starting point is a hyperparameter chosen on validation
+    (AdaMerging's initial λ).
     """
 
     n_tasks: int
@@ -73,6 +82,12 @@ class MergeData(Protocol):
     def linear_inputs(
         self, trunk: Mapping[str, torch.Tensor], task: int, x: torch.Tensor
     ) -> dict[str, torch.Tensor]: ...
+
+    def features(self, trunk: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor: ...
+
+    def head_logits(self, task: int, features: torch.Tensor) -> torch.Tensor: ...
+
+    def selection_score(self, trunk: Mapping[str, torch.Tensor]) -> float: ...
 
 
 @dataclass
@@ -164,6 +179,14 @@ class MergingMethod:
         """The grid of the fields left ``None`` in ``params`` (default :attr:`search`; a method
         whose grid depends on another parameter, such as CASS's host operator, overrides it)."""
         return cls.search
+
+    @classmethod
+    def search_stages(cls, params: Any) -> list[tuple[dict[str, tuple[Any, ...]], dict[str, Any]]]:
+        """The selection as successive stages ``(axes, fixed)``: stage i searches the product
+        of its ``axes`` with the values chosen by the stages before it, and with ``fixed``
+        standing in for open fields that a later stage chooses. Default: one stage, the whole
+        grid. Only fields left ``None`` in ``params`` are searched or fixed."""
+        return [(cls.grid_for(params), {})]
 
     def merge(self, inputs: MergeInputs, params: Any) -> MergeResult:
         raise NotImplementedError

@@ -4,6 +4,7 @@ public only through its abstract)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,7 @@ from sparsebench.suite.registry import register
 
 from ._data import loss_gradient, memo, read, require_data
 from .base import Group, MergeInputs, MergeResult, MergingMethod, StateDict, group_masks
-from .dare import P_GRID  # importing the hosts registers them before host_merge looks them up
+from .dare import P_GRID, dare_stages  # importing the hosts registers them for host_merge
 from .task_arithmetic import LAMBDA_GRID
 from .ties import TIES_LAMBDA_GRID
 
@@ -27,9 +28,26 @@ CassHost = Literal["task_arithmetic", "ties", "dare_ta", "dare_ties"]
 
 
 # ------------------------------------------------------------------------------------ scores
-def _group_sum(values: Mapping[str, torch.Tensor], g: Group) -> float:
-    """Σ of ``values`` over the entries group ``g`` owns."""
-    return float(sum(values[key].narrow(dim, a, b - a).sum() for key, dim, a, b in g.slices))
+@functools.lru_cache(maxsize=8)
+def _group_index(groups: tuple[Group, ...], shapes: tuple[tuple[str, torch.Size], ...]):
+    """Per trunk key, an int64 tensor of its shape: the index of the group owning each entry,
+    −1 where no group does (groups never overlap)."""
+    index = {k: torch.full(shape, -1, dtype=torch.long) for k, shape in shapes}
+    for i, g in enumerate(groups):
+        for key, dim, a, b in g.slices:
+            index[key].narrow(dim, a, b - a).fill_(i)
+    return {k: (v.reshape(-1) >= 0, v.reshape(-1)) for k, v in index.items()}
+
+
+def _group_sums(values: Mapping[str, torch.Tensor], groups: Sequence[Group]) -> torch.Tensor:
+    """Σ of ``values`` over the entries each group owns, shape (len(groups),) float64."""
+    shapes = tuple((k, v.shape) for k, v in values.items())
+    out = torch.zeros(len(groups), dtype=torch.float64)
+    for key, (owned, ids) in _group_index(tuple(groups), shapes).items():
+        if owned.any():
+            flat = values[key].detach().reshape(-1).double().cpu()
+            out.index_add_(0, ids[owned], flat[owned])
+    return out
 
 
 def contribution_scores(
@@ -37,15 +55,13 @@ def contribution_scores(
 ) -> torch.Tensor:
     """c(g) = −⟨∇L(θ0)[g], τ[g]⟩ for every group, shape (len(groups),) float64: the first-order
     Taylor estimate of the loss reduction L(θ0) − L(θ0 + τ[g]) that g's slice of τ brings."""
-    prod = {k: (grad[k] * tv[k]).double() for k in tv}
-    return torch.tensor([-_group_sum(prod, g) for g in groups], dtype=torch.float64)
+    return -_group_sums({k: grad[k].double() * tv[k].double() for k in tv}, groups)
 
 
 def gradient_scores(grad: Mapping[str, torch.Tensor], groups: Sequence[Group]) -> torch.Tensor:
     """c(g) = ‖∇L(θ0)[g]‖² for every group, shape (len(groups),) float64: the first-order gain
     of one gradient step restricted to g (CASS-Tuning: no τ exists before fine-tuning)."""
-    sq = {k: v.double() ** 2 for k, v in grad.items()}
-    return torch.tensor([_group_sum(sq, g) for g in groups], dtype=torch.float64)
+    return _group_sums({k: v.double() ** 2 for k, v in grad.items()}, groups)
 
 
 def select_groups(groups: Sequence[Group], scores: torch.Tensor, keep: float) -> list[int]:
@@ -169,6 +185,12 @@ class _HostParamsMixin:
             out["keep"] = cls.search["keep"]
         return out
 
+    @classmethod
+    def search_stages(cls, params: Any):
+        """DARE hosts: their own two stages (λ and keep without dropping, then p)."""
+        grid = cls.grid_for(params)
+        return dare_stages(grid) if params.host.startswith("dare") else [(grid, {})]
+
 
 def _validate_host_fields(p: Any) -> None:
     if p.lam is not None and p.lam < 0:
@@ -201,12 +223,13 @@ class Cass(_HostParamsMixin, MergingMethod):
       (DARE drop rate); None: searched over the host's grid.
 
     Defaults: host Task Arithmetic, keep searched over {0.25, 0.5, 0.75} (ours), λ over the
-    host's grid (TA, DARE-TA: 0.01, ..., 1.00; TIES, DARE-TIES: 0.1, ..., 2.5, see ties.py), p over
-    {0.1, 0.3, 0.5, 0.7, 0.9} (DARE hosts; other hosts leave it None), k = 0.2, n_examples =
-    1024 (ours). The class-level ``search`` holds the default host's grids; :meth:`grid_for`
-    gives the chosen host's. ∇L_t(θ0) is computed once per ``MergeInputs`` (memoised across
-    the grid points of one selection: it depends on neither keep nor the host). Task
-    vectors: the host's (for TA the filtered m_t ∘ τ_t); ``info``: the mask density per task.
+    host's grid (TA, DARE-TA: 0.01, ..., 1.00; TIES, DARE-TIES: 0.1, ..., 2.5, see ties.py), p
+    over {0.1, 0.3, 0.5, 0.7, 0.9} (DARE hosts, after keep and λ as DARE's own two stages; other
+    hosts leave it None), k = 0.2, n_examples = 1024 (ours). The class-level ``search`` holds
+    the default host's grids; :meth:`grid_for` gives the chosen host's. ∇L_t(θ0) is computed
+    once per ``MergeInputs`` (memoised across the grid points of one selection: it depends on
+    neither keep nor the host). Task vectors: the host's (for TA the filtered m_t ∘ τ_t);
+    ``info``: the mask density per task.
 
     Source: "Contribution-Aware Structured Sparsity" (2026; abstract only: "a
     contribution-aware structured mask selecting task-relevant attention heads and FFN
@@ -273,7 +296,8 @@ class CassTuning(_HostParamsMixin, MergingMethod):
 
     Defaults (ours): keep = 0.5 (fixed: the pillar needs it before training, so it is not
     searched), host Task Arithmetic with λ over its grid (TIES hosts: 0.1, ..., 2.5, see
-    ties.py), p over {0.1, ..., 0.9}, k = 0.2. Task vectors: the host's.
+    ties.py), p over {0.1, ..., 0.9} after λ (DARE's two stages), k = 0.2. Task vectors: the
+    host's.
 
     Source: "Contribution-Aware Structured Sparsity" (2026; abstract only: "CASS-Tuning, where
     masks constrain fine-tuning gradients"); the gradient-norm selection is ours.

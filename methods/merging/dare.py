@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -16,6 +17,15 @@ from .ties import TIES_LAMBDA_GRID, ties_vector
 # The official code (github.com/yule-BUAA/MergeLM, merge_plms_glue.py, "mask_merging") searches
 # the drop rate over {0.1, 0.3, 0.5, 0.7, 0.9}.
 P_GRID = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
+def dare_stages(grid: dict[str, tuple[Any, ...]]) -> list[tuple[dict[str, tuple], dict[str, Any]]]:
+    """The DARE protocol as selection stages: the host's other parameters (λ, ...) first
+    without dropping (p = 0: the host alone), then p over its grid at those values: the
+    official code's order (the host's hyperparameters are tuned before DARE is applied), and
+    |λ grid| + |p grid| merges instead of their product."""
+    first = {k: v for k, v in grid.items() if k != "p"}
+    return [(first, {"p": 0.0}), ({"p": grid["p"]}, {})]
 
 
 def task_generator(seed: int, task: int) -> torch.Generator:
@@ -46,11 +56,11 @@ class DareTA(MergingMethod):
     """DARE + Task Arithmetic: drop each entry of every τ_t with probability p and rescale the
     survivors by 1/(1 − p) (Sec. 3), then θ = θ0 + λ Σ_t τ̂_t.
 
-    Defaults: p and λ chosen on validation, p over {0.1, 0.3, 0.5, 0.7, 0.9} (the official
-    code's grid), λ over Task Arithmetic's grid 0.01, ..., 1.00. The official protocol tunes
-    the host's λ without DARE first and then p with λ fixed; here the pillar searches both.
-    The drop masks are a function of ``MergeInputs.seed`` and the task index. Task vectors:
-    the dropped-and-rescaled τ̂_t.
+    Defaults: p and λ chosen on validation as the official protocol does, in two stages
+    (:func:`dare_stages`): λ over Task Arithmetic's grid 0.01, ..., 1.00 without dropping, then
+    p over {0.1, 0.3, 0.5, 0.7, 0.9} (the official code's grid) at that λ. The drop masks are a
+    function of ``MergeInputs.seed`` and the task index. Task vectors: the dropped-and-rescaled
+    τ̂_t.
 
     Source: Yu, Yu, Yu, Huang, Li, "Language Models are Super Mario: Absorbing Abilities from
     Homologous Models as a Free Lunch", ICML 2024, Sec. 3 (drop and rescale: m ~ Bernoulli(p),
@@ -58,6 +68,10 @@ class DareTA(MergingMethod):
     """
 
     search = {"p": P_GRID, "lam": LAMBDA_GRID}
+
+    @classmethod
+    def search_stages(cls, params: Any):
+        return dare_stages(cls.grid_for(params))
 
     @dataclass
     class Params:
@@ -87,8 +101,9 @@ class DareTies(MergingMethod):
     replaces the trim by DARE instead (k = 1.0 here reproduces that). With p >= 1 − k the
     trim keeps every surviving entry.
 
-    Defaults: k = 0.2 (TIES' default), p chosen on validation over {0.1, 0.3, 0.5, 0.7, 0.9},
-    λ over TIES' grid 0.1, ..., 2.5 (the paper's 0.8, ..., 2.5 extended below: see ties.py).
+    Defaults: k = 0.2 (TIES' default); λ over TIES' grid 0.1, ..., 2.5 (the paper's 0.8, ...,
+    2.5 extended below: see ties.py) without dropping, then p over {0.1, 0.3, 0.5, 0.7, 0.9}
+    at that λ (the official order, :func:`dare_stages`).
     Masks from ``MergeInputs.seed`` and the task index. Task vectors: the dropped, rescaled
     and trimmed vectors.
 
@@ -98,6 +113,10 @@ class DareTies(MergingMethod):
     """
 
     search = {"p": P_GRID, "lam": TIES_LAMBDA_GRID}
+
+    @classmethod
+    def search_stages(cls, params: Any):
+        return dare_stages(cls.grid_for(params))
 
     @dataclass
     class Params:

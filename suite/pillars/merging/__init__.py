@@ -246,7 +246,7 @@ class MergingPillar(Pillar):
                                 "params": params_json,
                                 "inputs": sorted(set(inputs)),
                                 "select_examples": sec["select_examples"],
-                                "protocol": 1,
+                                "protocol": 2,
                             },
                             threads=spec.data["threads"],
                             batch=f"{model}/seed{seed}",

@@ -95,7 +95,8 @@ def lambda_curve(runs: pl.DataFrame) -> pl.DataFrame:
     rows = []
     for r in _ok(runs).iter_rows(named=True):
         for point in json.loads(r["curve_json"]):
-            params = {k: v for k, v in point.items() if not k.startswith("val_")}
+            # the stage's searched parameter comes first (the others: earlier stages' choices)
+            params = {k: v for k, v in point.items() if not k.startswith("val_") and k != "stage"}
             first = next(iter(params), None)
             rows.append(
                 {

@@ -7,7 +7,8 @@ Protocol (the same for every method of a board):
 2. for each point of the method's grid (its ``Params`` fields left ``None``, over
    ``search``), merge and evaluate on every task's validation split; the point with the highest
    average normalized validation accuracy is chosen (the first one on a tie): the curve of
-   every point is kept in the record;
+   every point is kept in the record. A method searched in stages (DARE: λ without dropping,
+   then p at that λ, as its official code) chooses each stage's fields in turn;
 3. the chosen merge is evaluated on every task's test split.
 
 Each cell runs as the test loop of a Lightning module (:func:`run_in_lightning`).
@@ -59,6 +60,8 @@ class TaskBank:
         self.n_tasks = len(self.tasks)
         self.linear_keys = list(linear_modules(self.module))
         self.examples_read = 0
+        # (experts' validation accuracy per task, examples per task) of the selection
+        self.selection: tuple[Sequence[float], int | None] | None = None
 
     def examples(self, task: int, split: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = getattr(self.tasks[task], split).tensors
@@ -66,9 +69,22 @@ class TaskBank:
         self.examples_read += n
         return x[:n], y[:n]
 
+    def features(self, trunk: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, dict(trunk), (x,))
+
+    def head_logits(self, task: int, features: torch.Tensor) -> torch.Tensor:
+        return F.linear(features, *self.heads[task])
+
     def logits(self, trunk: Mapping[str, torch.Tensor], task: int, x: torch.Tensor):
-        feats = functional_call(self.module, dict(trunk), (x,))
-        return F.linear(feats, *self.heads[task])
+        return self.head_logits(task, self.features(trunk, x))
+
+    def selection_score(self, trunk: Mapping[str, torch.Tensor]) -> float:
+        """Average normalized accuracy of one trunk on the validation examples the selection
+        reads (the criterion of :func:`run_merge`)."""
+        if self.selection is None:
+            raise ValueError("selection_score needs the experts' validation accuracy (prepare)")
+        expert_acc, limit = self.selection
+        return scores(self, [trunk] * self.n_tasks, "val", expert_acc, limit)["norm_acc"]
 
     def linear_inputs(self, trunk: Mapping[str, torch.Tensor], task: int, x: torch.Tensor):
         seen: dict[str, torch.Tensor] = {}
@@ -144,14 +160,20 @@ def scores(
     }
 
 
-def _grid(cls, params) -> list[dict[str, Any]]:
+def _stages(cls, params) -> list[tuple[list[str], list[tuple[Any, ...]], dict[str, Any]]]:
+    """The method's selection stages restricted to its open (``None``) fields: per stage the
+    searched names, their axes and the stand-in values of fields a later stage chooses."""
     open_ = [f.name for f in dataclasses.fields(params) if getattr(params, f.name) is None]
-    search = cls.grid_for(params)
-    missing = [f for f in open_ if f not in search]
+    stages = cls.search_stages(params)
+    searched = {n for axes, _ in stages for n in axes}
+    missing = [f for f in open_ if f not in searched]
     if missing:
         raise ValueError(f"{cls.__name__}: parameters {missing} are None but have no grid")
-    axes = [search[f] for f in open_]
-    return [dict(zip(open_, values)) for values in itertools.product(*axes)]
+    out = []
+    for axes, fixed in stages:
+        names = [n for n in axes if n in open_]
+        out.append((names, [axes[n] for n in names], {n: fixed[n] for n in fixed if n in open_}))
+    return out
 
 
 def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any]:
@@ -163,17 +185,26 @@ def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any
     tasks = [t.name for t in state.bank.tasks]
     inputs = MergeInputs(state.base, experts, tasks, groups(state.cfg), state.bank, seed)
     curve, best, t_sel = [], None, time.perf_counter()
-    for point in _grid(method_cls, params):
-        resolved = dataclasses.replace(params, **point)
-        state.bank.examples_read = 0
-        t0 = time.perf_counter()
-        result = method.merge(inputs, resolved)
-        merge_s = time.perf_counter() - t0
-        examples = max(result.examples, state.bank.examples_read)
-        val = scores(state.bank, result, "val", state.expert_acc["val"], state.select_examples)
-        curve.append({**point, "val_avg_acc": val["avg_acc"], "val_norm_acc": val["norm_acc"]})
-        if best is None or val["norm_acc"] > best[2]["norm_acc"]:
-            best = (point, result, val, merge_s, examples)
+    chosen: dict[str, Any] = {}
+    stages = [st for st in _stages(method_cls, params) if st[0]] or [([], [], {})]
+    for stage, (names, axes, fixed) in enumerate(stages):  # stages the spec fixed are gone
+        best = None
+        for values in itertools.product(*axes):
+            point = {**dict(zip(names, values)), **chosen, **fixed}
+            resolved = dataclasses.replace(params, **point)
+            state.bank.examples_read = 0
+            t0 = time.perf_counter()
+            result = method.merge(inputs, resolved)
+            merge_s = time.perf_counter() - t0
+            examples = max(result.examples, state.bank.examples_read)
+            val = scores(state.bank, result, "val", state.expert_acc["val"], state.select_examples)
+            curve.append(
+                {**point, "stage": stage, "val_avg_acc": val["avg_acc"],
+                 "val_norm_acc": val["norm_acc"]}
+            )  # fmt: skip
+            if best is None or val["norm_acc"] > best[2]["norm_acc"]:
+                best = (point, result, val, merge_s, examples)
+        chosen.update({n: best[0][n] for n in names})
     select_s = time.perf_counter() - t_sel
     point, result, val, merge_s, examples = best
     if len(curve) > 1:

@@ -51,9 +51,15 @@ def load_state(section: Mapping[str, Any], data_root: str, cells: Sequence[Cell]
         if any(c.method == "multitask" and c.columns["kind"] == "reference" for c in mine):
             multitask = arts.load(arts.multitask_id(section, model, seed))[0]
         bank = TaskBank(cfg, heads, tasks)
-        state = BatchState(cfg, bank, base, {"standard": experts}, multitask)
-        for split in ("val", "test"):
-            state.expert_acc[split] = [bank.evaluate(e, i, split)[0] for i, e in enumerate(experts)]
+        state = BatchState(
+            cfg, bank, base, {"standard": experts}, multitask,
+            select_examples=section["select_examples"],
+        )  # fmt: skip
+        for split, limit in (("val", state.select_examples), ("test", None)):
+            state.expert_acc[split] = [
+                bank.evaluate(e, i, split, limit)[0] for i, e in enumerate(experts)
+            ]
+        bank.selection = (state.expert_acc["val"], state.select_examples)
         out.states[(model, seed)] = state
         for keep in sorted({c.columns["cass_keep"] for c in mine if c.columns["cass_keep"]}):
             out.cass[(model, seed, keep)] = [

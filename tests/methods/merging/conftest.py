@@ -52,8 +52,19 @@ class FakeData:
         h = self.hidden(trunk, x)
         return torch.relu(h @ trunk["fc1.weight"].T + trunk["fc1.bias"]) * trunk["scale"]
 
+    def head_logits(self, task: int, features: torch.Tensor) -> torch.Tensor:
+        return features @ self.heads[task].T
+
     def logits(self, trunk: Mapping[str, torch.Tensor], task: int, x: torch.Tensor):
-        return self.features(trunk, x) @ self.heads[task].T
+        return self.head_logits(task, self.features(trunk, x))
+
+    def selection_score(self, trunk: Mapping[str, torch.Tensor]) -> float:
+        """Mean validation accuracy over tasks (the fake has no experts to normalize by)."""
+        accs = []
+        for t in range(self.n_tasks):
+            x, y = self.splits[(t, "val")]
+            accs.append(float((self.logits(trunk, t, x).argmax(-1) == y).float().mean()))
+        return sum(accs) / len(accs)
 
     def linear_inputs(self, trunk: Mapping[str, torch.Tensor], task: int, x: torch.Tensor):
         return {"fc0.weight": x, "fc1.weight": self.hidden(trunk, x)}

@@ -29,7 +29,7 @@ def test_zero_steps_is_task_arithmetic_at_init():
 
 
 def test_layer_wise_learns_one_coefficient_per_tensor_and_is_deterministic():
-    params = AdaMergingLayer.Params(steps=20, lr=1e-2, n_examples=32)
+    params = AdaMergingLayer.Params(steps=20, lr=1e-2, n_examples=32, init=0.3)
     a = AdaMergingLayer().merge(make_inputs(), params)
     b = AdaMergingLayer().merge(make_inputs(), params)
     assert a.info == b.info
@@ -43,3 +43,26 @@ def test_layer_wise_learns_one_coefficient_per_tensor_and_is_deterministic():
         torch.stack([tv[k] for tv in tvs], 1), (a.state[k] - inputs.base[k]).unsqueeze(1)
     ).solution
     assert torch.all((coef >= -1e-5) & (coef <= 1 + 1e-5))
+
+
+def test_default_init_is_the_task_arithmetic_lambda_with_the_best_selection_score():
+    from sparsebench.methods.merging.task_arithmetic import LAMBDA_GRID
+
+    inputs = make_inputs(seed=2)
+    tvs = inputs.task_vectors()
+
+    def ta(lam):
+        return {k: inputs.base[k] + lam * sum(tv[k] for tv in tvs) for k in inputs.base}
+
+    scored = [inputs.data.selection_score(ta(lam)) for lam in LAMBDA_GRID]
+    expected = LAMBDA_GRID[scored.index(max(scored))]  # the first one on a tie
+    res = AdaMergingTask().merge(inputs, AdaMergingTask.Params(steps=0, n_examples=16))
+    assert res.info["init"] == expected
+    assert res.info["lambdas"] == pytest.approx([expected] * 3)
+    assert inputs.data.read["val"] == 0  # the selection score is not a data read of the method
+
+
+@pytest.mark.parametrize("init", ["ties", -0.1])
+def test_bad_init_is_refused(init):
+    with pytest.raises(ValueError, match="init must be"):
+        AdaMergingTask.Params(init=init).validate()
