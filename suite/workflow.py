@@ -15,8 +15,10 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sparsebench.suite import paths
 from sparsebench.suite.pillar import Artefact, Cell, get_pillar
@@ -187,8 +189,11 @@ def artefact_batches(artefacts: dict[str, list[Artefact]]) -> list[ArtefactBatch
     return out
 
 
-def save_plan(path: Path, batches_: dict[str, list[Batch]]) -> None:
-    """Write the batch plan (which cells each job runs) for the jobs' own parses."""
+def save_plan(
+    path: Path, batches_: dict[str, list[Batch]], artefacts: Sequence[ArtefactBatch] = ()
+) -> None:
+    """Write the batch plan (which cells, and which missing artefacts, each job builds) for
+    the jobs' own parses."""
     from sparsebench.suite.record import write_json_atomic
 
     plan = {
@@ -203,7 +208,24 @@ def save_plan(path: Path, batches_: dict[str, list[Batch]]) -> None:
         ]
         for pillar, bs in batches_.items()
     }
-    write_json_atomic(path, plan)
+    arts = [
+        {
+            "pillar": b.pillar,
+            "name": b.name,
+            "ids": [a.id for a in b.artefacts],
+            "threads": b.threads,
+        }
+        for b in artefacts
+    ]
+    write_json_atomic(path, {"cells": plan, "artefacts": arts})
+
+
+def _read_plan(path: Path) -> dict[str, Any] | None:
+    try:
+        plan = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return plan if isinstance(plan, dict) and "cells" in plan else None
 
 
 def load_plan(path: Path, cells: dict[str, list[Cell]]) -> dict[str, list[Batch]] | None:
@@ -213,10 +235,10 @@ def load_plan(path: Path, cells: dict[str, list[Cell]]) -> dict[str, list[Batch]
     parses the Snakefile again, when other jobs' records already exist and with other cores,
     so it must read the main process's plan instead of planning again: its rule (a batch) has
     to exist under the same name with the same outputs."""
-    try:
-        plan = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+    saved = _read_plan(path)
+    if saved is None:
         return None
+    plan = saved["cells"]
     by_id = {p: {c.id: c for c in cs} for p, cs in cells.items()}
     out: dict[str, list[Batch]] = {p: [] for p in cells}
     for pillar, bs in plan.items():
@@ -226,4 +248,23 @@ def load_plan(path: Path, cells: dict[str, list[Cell]]) -> dict[str, list[Batch]
                 out[pillar].append(
                     Batch(pillar, b["name"], tuple(found), b["threads"], tuple(b["stale"]))
                 )
+    return out
+
+
+def load_artefact_plan(
+    path: Path, artefacts: dict[str, list[Artefact]]
+) -> list[ArtefactBatch] | None:
+    """The artefact batches of the main process's plan, with today's declared artefacts
+    (pillar -> list); None if there is no plan. A job's own parse must not plan them again:
+    by then some artefacts exist, and their rule (a batch of the missing ones at the start)
+    would change its outputs or vanish."""
+    saved = _read_plan(path)
+    if saved is None:
+        return None
+    by_id = {p: {a.id: a for a in arts} for p, arts in artefacts.items()}
+    out = []
+    for b in saved.get("artefacts", []):
+        found = [by_id.get(b["pillar"], {}).get(i) for i in b["ids"]]
+        if all(found):
+            out.append(ArtefactBatch(b["pillar"], b["name"], tuple(found), b["threads"]))
     return out

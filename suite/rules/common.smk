@@ -8,7 +8,14 @@ import sys
 from sparsebench.suite import paths
 from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
-from sparsebench.suite.workflow import artefact_batches, batches, load_plan, save_plan, write_stale_markers
+from sparsebench.suite.workflow import (
+    artefact_batches,
+    batches,
+    load_artefact_plan,
+    load_plan,
+    save_plan,
+    write_stale_markers,
+)
 
 
 def _load_spec():
@@ -45,20 +52,25 @@ _CONDA = any("conda" in str(m).lower() for m in workflow.deployment_settings.dep
 PYTHON = "python" if _CONDA else shlex.quote(sys.executable)
 PILLARS = {name: get_pillar(name) for name in SPEC.pillars}
 CELLS = {name: p.cells(SPEC) for name, p in PILLARS.items()}
-ARTEFACT_BATCHES = artefact_batches({name: p.artefacts(SPEC) for name, p in PILLARS.items()})
+ARTEFACTS = {name: p.artefacts(SPEC) for name, p in PILLARS.items()}
 RECORDS = {
     name: sorted(str(paths.record(BENCH, name, c.id)) for c in cells)
     for name, cells in CELLS.items()
 }
-# The main process plans the batches and saves the plan; a job's own parse (another process,
-# or another machine under an executor plugin) reuses it: its rule must exist as planned.
+# The main process plans the batches (cells and missing artefacts) and saves the plan; a job's
+# own parse (another process, or another machine under an executor plugin) reuses it: its rule
+# must exist as planned.
 PLAN = paths.bench_dir(BENCH) / "logs" / "plan.json"
 if workflow.is_main_process:
     BATCHES = batches(BENCH, CELLS, CORES)
+    ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
     write_stale_markers(BENCH, BATCHES)
-    save_plan(PLAN, BATCHES)
+    save_plan(PLAN, BATCHES, ARTEFACT_BATCHES)
 else:
     BATCHES = load_plan(PLAN, CELLS) or batches(BENCH, CELLS, CORES)
+    ARTEFACT_BATCHES = load_artefact_plan(PLAN, ARTEFACTS)
+    if ARTEFACT_BATCHES is None:
+        ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
 # The environment of every rule under --use-conda (the same packages as the pip install).
 CONDA_ENV = "../../envs/sparsebench.yaml"
 

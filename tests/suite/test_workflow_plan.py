@@ -65,3 +65,35 @@ def test_cells_with_different_threads_never_share_a_batch(tmp_path, monkeypatch)
     ]
     out = workflow.batches("B", {"classification": cells}, cores=None)["classification"]
     assert sorted((b.threads, len(b.cells)) for b in out) == [(1, 2), (2, 1)]
+
+
+def test_a_jobs_own_parse_reads_the_planned_batches_and_missing_artefacts(tmp_path, monkeypatch):
+    """On a cluster node the artefacts built earlier in the run exist, and planning again would
+    drop (or change) the rule of a job that is running: the saved plan is what counts."""
+    from sparsebench.suite.pillar import Artefact
+
+    monkeypatch.chdir(tmp_path)
+    arts = {
+        "classification": [
+            Artefact("classification", f"a{i}", f"artefact {i}", (str(tmp_path / f"a{i}.bin"),),
+                     batch="together")
+            for i in range(2)
+        ]
+    }  # fmt: skip
+    cells = {"classification": _cells(3)}
+    planned = workflow.batches("b", cells, cores=2)
+    missing = workflow.artefact_batches(arts)
+    assert [len(b.artefacts) for b in missing] == [2]
+    plan = tmp_path / "plan.json"
+    workflow.save_plan(plan, planned, missing)
+    (tmp_path / "a0.bin").write_bytes(b"built")  # one artefact done since the plan
+    assert [len(b.artefacts) for b in workflow.artefact_batches(arts)] == [1]  # re-planning
+    again = workflow.load_artefact_plan(plan, arts)
+    assert [(b.name, [a.id for a in b.artefacts]) for b in again] == [
+        (missing[0].name, ["a0", "a1"])
+    ]
+    loaded = workflow.load_plan(plan, cells)
+    assert [[c.id for c in b.cells] for b in loaded["classification"]] == [
+        [c.id for c in b.cells] for b in planned["classification"]
+    ]
+    assert workflow.load_artefact_plan(tmp_path / "none.json", arts) is None
