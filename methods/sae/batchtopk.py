@@ -1,0 +1,84 @@
+"""BatchTopK SAE (Bussmann, Leask, Nanda 2024)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from sparsebench.suite.registry import register
+
+from .topk import TopK
+
+
+def batch_topk(pre: torch.Tensor, k: int) -> torch.Tensor:
+    """ReLU(pre) with only the k · n largest entries of the whole (n, m) batch kept (ties: the
+    lowest flat index first); k per token on average, any number on one token."""
+    acts = torch.relu(pre)
+    n_keep = min(k * pre.shape[0], acts.numel())
+    flat = acts.reshape(-1)
+    idx = torch.topk(flat, n_keep, sorted=False).indices
+    out = torch.zeros_like(flat).scatter_(0, idx, flat[idx])
+    return out.reshape(acts.shape)
+
+
+@register("batchtopk", pillar="sae")
+class BatchTopK(TopK):
+    """Training: z = BatchTopK_k(ReLU((x − b_dec) W_enc + b_enc)), the k·n largest activations
+    of a batch of n tokens kept; inference: z = ReLU(pre) · 1[pre > θ] with one global
+    threshold θ, so that a token's encoding does not depend on its batch. Loss ‖x − x̂‖² +
+    α · AuxK (as TopK's).
+
+    θ: an exponential moving average (decay ``threshold_decay`` = 0.99, as the authors' code)
+    of each training batch's smallest positive kept activation, fixed when training ends
+    (``threshold`` buffer; used whenever the module is in eval mode).
+
+    Defaults (the authors' code): k = 32, α = 1/32, Adam lr 3e-4 with β = (0.9, 0.99), unit-norm
+    decoder rows with the parallel gradient removed. Ours: k_aux near d/2 (Gao et al.'s rule;
+    theirs is 512 for wide models), the encoder bias b_enc (theirs has none), the shared
+    loop's dead window in tokens and lr schedule.
+
+    Source: Bussmann, Leask, Nanda, "BatchTopK Sparse Autoencoders", NeurIPS 2024 workshop
+    (arXiv 2412.06410), Sec. 3; code github.com/bartbussmann/BatchTopK.
+    """
+
+    @dataclass
+    class Params:
+        k: int = 32  # mean active latents per token
+        aux_coeff: float = 1 / 32
+        k_aux: int | None = None
+        lr: float = 3e-4
+        threshold_decay: float = 0.99
+
+        def validate(self) -> None:
+            if self.k < 1:
+                raise ValueError(f"k must be >= 1, got {self.k}")
+            if self.lr <= 0 or self.aux_coeff < 0:
+                raise ValueError("lr must be > 0 and aux_coeff >= 0")
+            if not 0.0 <= self.threshold_decay < 1.0:
+                raise ValueError(f"threshold_decay must be in [0, 1), got {self.threshold_decay}")
+
+    adam_betas = (0.9, 0.99)
+
+    def __init__(self, d_in: int, width: int, params, seed: int = 0):
+        super().__init__(d_in, width, params, seed)
+        self.register_buffer("threshold", torch.tensor(math.nan))
+
+    def activate(self, pre: torch.Tensor) -> torch.Tensor:
+        if self.training or torch.isnan(self.threshold):
+            return batch_topk(pre, self.params.k)
+        return torch.where(pre > self.threshold, torch.relu(pre), torch.zeros_like(pre))
+
+    @torch.no_grad()
+    def observe(self, z: torch.Tensor) -> None:
+        """Move the inference threshold toward this batch's smallest kept activation."""
+        kept = z[z > 0]
+        if kept.numel() == 0:
+            return
+        low = kept.min()
+        if torch.isnan(self.threshold):
+            self.threshold.copy_(low)
+        else:
+            d = self.params.threshold_decay
+            self.threshold.mul_(d).add_((1 - d) * low)

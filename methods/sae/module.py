@@ -1,0 +1,169 @@
+"""The one training loop every SAE architecture shares: a Lightning module around an
+:class:`~.base.SparseAutoencoder`, and :func:`train_sae` to run it on a tensor of activations.
+
+Pinned recipe (docs/sae.md): Adam with the architecture's lr and betas (``learning_rate()``,
+``adam_betas``; default β = (0.9, 0.999)), constant lr then a linear decay to 0 over the last
+20 % of the steps (Anthropic's April 2024 update), gradient-norm clipping at 1, decoder rows
+renormalised after every step where the architecture constrains them (and the parallel
+gradient removed before it), tokens shuffled once per epoch by a seeded generator. Dead
+latents: per latent the training tokens since it last fired; dead when that reaches
+``dead_window`` tokens (handed to AuxK through :class:`~.base.TrainState`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from .base import SparseAutoencoder, TrainState
+
+LR_DECAY_FRAC = 0.2
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How long and on what an SAE trains.
+
+    Attributes:
+        steps: optimiser steps.
+        batch_size: tokens per step.
+        dead_window: tokens without firing after which a latent counts as dead.
+        grad_clip: max gradient norm.
+    """
+
+    steps: int = 2000
+    batch_size: int = 512
+    dead_window: int = 200_000
+    grad_clip: float = 1.0
+
+    def validate(self) -> None:
+        for name in ("steps", "batch_size", "dead_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.grad_clip <= 0:
+            raise ValueError(f"grad_clip must be > 0, got {self.grad_clip}")
+
+
+class SAEModule(pl.LightningModule):
+    """Lightning wrapper: one step = one batch of tokens (batch[0], shape (B, d))."""
+
+    def __init__(self, sae: SparseAutoencoder, cfg: TrainConfig):
+        super().__init__()
+        self.sae, self.cfg = sae, cfg
+        self.register_buffer("since_fire", torch.zeros(sae.width, dtype=torch.long))
+        self.tokens_seen = 0
+        self.last_parts: dict[str, float] = {}
+
+    def dead_mask(self) -> torch.Tensor:
+        return self.since_fire >= self.cfg.dead_window
+
+    def training_step(self, batch, batch_idx):
+        x = batch[0]
+        state = TrainState(frac=self.global_step / self.cfg.steps, dead=self.dead_mask())
+        out = self.sae(x, state)
+        if not torch.isfinite(out.loss):
+            raise FloatingPointError(f"SAE loss is {float(out.loss)} at step {self.global_step}")
+        with torch.no_grad():
+            fired = (out.z != 0).any(0)
+            self.since_fire.add_(x.shape[0]).masked_fill_(fired, 0)
+        self.tokens_seen += x.shape[0]
+        self.last_parts = {k: float(v) for k, v in out.parts.items()}
+        return out.loss
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        if self.sae.unit_norm_decoder:
+            self.sae.remove_parallel_grad()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        if self.sae.unit_norm_decoder:
+            self.sae.normalize_decoder()
+
+    def configure_optimizers(self):
+        betas = getattr(self.sae, "adam_betas", (0.9, 0.999))
+        opt = torch.optim.Adam(self.sae.parameters(), lr=self.sae.learning_rate(), betas=betas)
+        total = self.cfg.steps
+        start = math.floor((1 - LR_DECAY_FRAC) * total)
+
+        def factor(step: int) -> float:
+            return 1.0 if step < start else max(0.0, (total - step) / max(1, total - start))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+@dataclass
+class TrainResult:
+    """A trained SAE and what its record needs: seconds, tokens, dead fraction at the end,
+    the last loss parts, training FLOPs."""
+
+    sae: SparseAutoencoder
+    train_s: float
+    tokens: int
+    dead_fraction: float
+    parts: dict[str, float]
+    train_flops: float
+    since_fire: torch.Tensor  # (m,) training tokens since each latent last fired
+
+
+def train_flops(sae: SparseAutoencoder, tokens: int) -> float:
+    """Training FLOPs, dense accounting: every d × m matrix product of the forward pass costs
+    2·d·m FLOPs per token (encoder, decoder, and the extra paths an architecture has:
+    ``matmuls``), the backward pass twice the forward (RigL paper's convention)."""
+    return 3.0 * 2.0 * sae.d_in * sae.width * getattr(sae, "matmuls", 2) * tokens
+
+
+def train_sae(
+    sae: SparseAutoencoder, x: torch.Tensor, cfg: TrainConfig, seed: int = 0
+) -> TrainResult:
+    """Train ``sae`` in place on the (already scaled) activations ``x`` (n, d) for
+    ``cfg.steps`` steps through one Lightning ``Trainer`` (CPU unless a GPU is there).
+    Raises ValueError for an empty or mis-shaped x, FloatingPointError when the loss diverges."""
+    cfg.validate()
+    if x.dim() != 2 or x.shape[1] != sae.d_in or x.shape[0] == 0:
+        raise ValueError(f"activations must be (n, {sae.d_in}) with n >= 1, got {tuple(x.shape)}")
+    from sparsebench.suite.job import quiet_lightning
+
+    quiet_lightning()
+    pl.seed_everything(seed, workers=True, verbose=False)
+    module = SAEModule(sae, cfg)
+    g = torch.Generator().manual_seed(int(seed))
+    loader = DataLoader(
+        TensorDataset(x), batch_size=min(cfg.batch_size, x.shape[0]), shuffle=True, generator=g
+    )
+    trainer = pl.Trainer(
+        max_steps=cfg.steps,
+        max_epochs=-1,
+        gradient_clip_val=cfg.grad_clip,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        deterministic=True,
+    )
+    sae.train()
+    t0 = time.perf_counter()
+    trainer.fit(module, loader)
+    train_s = time.perf_counter() - t0
+    sae.eval()
+    return TrainResult(
+        sae,
+        train_s,
+        module.tokens_seen,
+        float(module.dead_mask().double().mean()),
+        module.last_parts,
+        train_flops(sae, module.tokens_seen),
+        module.since_fire.detach().cpu().clone(),
+    )
+
+
+def input_scale(x: torch.Tensor) -> float:
+    """The scalar c with E‖c·x‖₂ = √d over the rows of x (the pinned input scaling)."""
+    mean_norm = float(x.double().norm(dim=1).mean())
+    if mean_norm == 0:
+        raise ValueError("activations are all zero: no input scale")
+    return math.sqrt(x.shape[1]) / mean_norm

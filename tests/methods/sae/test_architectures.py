@@ -1,0 +1,198 @@
+"""Each SAE architecture on hand-checkable cases and its invariants (methods/sae/*.py)."""
+
+import math
+
+import pytest
+import torch
+
+import sparsebench.methods.sae  # noqa: F401
+from sparsebench.methods.sae.base import TrainState
+from sparsebench.methods.sae.batchtopk import BatchTopK, batch_topk
+from sparsebench.methods.sae.gated import Gated
+from sparsebench.methods.sae.jumprelu import JumpReLU, JumpReLUFn, StepFn
+from sparsebench.methods.sae.matryoshka_batchtopk import MatryoshkaBatchTopK, prefix_sizes
+from sparsebench.methods.sae.relu_l1 import ReluL1
+from sparsebench.methods.sae.sign_aware_gated import SignAwareGated, bi_jump_relu
+from sparsebench.methods.sae.topk import TopK, auxk_loss, normalized_mse
+from sparsebench.suite import registry
+
+D, M = 8, 32
+
+
+def _x(n=64, seed=0):
+    return torch.randn(n, D, generator=torch.Generator().manual_seed(seed))
+
+
+def test_topk_has_exactly_k_active_latents_per_token():
+    sae = TopK(D, M, TopK.Params(k=5))
+    with torch.no_grad():
+        sae.b_enc.fill_(10.0)  # every pre-activation positive: exactly k survive the ReLU
+        z = sae.encode(_x())
+    assert ((z != 0).sum(1) == 5).all()
+    pre = sae.pre_acts(_x())
+    assert torch.equal(z.nonzero()[:, 1].reshape(-1, 5).sort(1).values,
+                       pre.topk(5, dim=1).indices.sort(1).values)  # fmt: skip
+
+
+def test_batchtopk_keeps_k_per_token_on_average_and_thresholds_at_inference():
+    pre = torch.tensor([[5.0, 4.0, 0.1, 0.2], [0.3, 0.4, 0.5, 0.6]])
+    z = batch_topk(pre, k=2)  # the 4 largest of the batch: 5, 4 on row 0 and 0.6, 0.5 on row 1
+    assert (z != 0).sum().item() == 4
+    assert (z[0] != 0).tolist() == [True, True, False, False]
+    assert (z[1] != 0).tolist() == [False, False, True, True]
+    sae = BatchTopK(D, M, BatchTopK.Params(k=4, threshold_decay=0.0))
+    with torch.no_grad():
+        sae.b_enc.fill_(1.0)
+        sae.train()
+        z = sae(_x(), TrainState()).z
+        assert (z != 0).sum().item() == 4 * 64
+        theta = float(sae.threshold)
+        assert theta == pytest.approx(float(z[z > 0].min()))
+        sae.eval()
+        pre = sae.pre_acts(_x(seed=1))
+        z_inf = sae.encode(_x(seed=1))
+    assert torch.equal(z_inf != 0, pre > theta)  # one global threshold, batch-independent
+
+
+def test_auxk_decodes_the_dead_latents_without_the_decoder_bias():
+    sae = TopK(D, M, TopK.Params(k=2, k_aux=3))
+    with torch.no_grad():
+        sae.b_dec.fill_(5.0)  # a large bias: added twice (sparsify #132) the loss would explode
+    x = _x()
+    pre = sae.pre_acts(x)
+    x_hat = sae.decode(sae.activate(pre))
+    dead = torch.zeros(M, dtype=torch.bool)
+    dead[:6] = True
+    got = auxk_loss(sae, pre, x, x_hat, dead, k_aux=3)
+    p = pre[:, :6]
+    top = p.topk(3, dim=1)
+    z_aux = torch.zeros_like(pre)
+    z_aux[:, :6] = torch.zeros_like(p).scatter(1, top.indices, torch.relu(top.values))
+    by_hand = normalized_mse((x - x_hat).detach(), z_aux @ sae.W_dec)
+    torch.testing.assert_close(got, by_hand)
+    assert auxk_loss(sae, pre, x, x_hat, torch.zeros(M, dtype=torch.bool), 3) == 0
+    out = sae(x, TrainState(dead=dead))
+    torch.testing.assert_close(out.parts["aux"], by_hand.detach())
+
+
+def test_jumprelu_counts_each_latent_once_and_its_pseudo_gradients():
+    sae = JumpReLU(D, M, JumpReLU.Params(threshold_init=0.3, sparsity_coeff=1.0, bandwidth=0.5))
+    x = _x()
+    out = sae(x, TrainState(frac=1.0))
+    pre = sae.pre_acts(x)
+    active = (pre > 0.3).float()
+    assert float(out.parts["sparsity"]) == pytest.approx(float(active.sum(1).mean()))
+    assert torch.equal(out.z != 0, pre > 0.3)  # threshold applied once, in one place
+    # ∂L0/∂θ = −(1/ε) Σ K((pre − θ)/ε) with K the rectangle of width 1 (Eq. 12)
+    pre = torch.tensor([[0.1, 0.3, 0.9]])
+    theta = torch.tensor([0.2, 0.2, 0.2], requires_grad=True)
+    StepFn.apply(pre, theta, 0.4).sum().backward()
+    assert theta.grad.tolist() == pytest.approx([-2.5, -2.5, 0.0])  # |0.1−0.2|,|0.3−0.2| < 0.2
+    theta.grad = None
+    JumpReLUFn.apply(pre, theta, 0.4).sum().backward()  # −(θ/ε) K(...)
+    assert theta.grad.tolist() == pytest.approx([-0.5, -0.5, 0.0])
+
+
+def test_bi_jump_relu_passes_both_signs_and_zeroes_the_band():
+    u = torch.tensor([-2.0, -0.6, -0.4, 0.0, 0.2, 0.31, 3.0])
+    out = bi_jump_relu(u, torch.tensor(0.3), torch.tensor(0.5))
+    assert out.tolist() == pytest.approx([-2.0, -0.6, 0.0, 0.0, 0.0, 0.31, 3.0])
+
+
+def test_sign_aware_latents_take_both_signs_and_l0_counts_them():
+    sae = SignAwareGated(D, M, SignAwareGated.Params(threshold_init=0.05))
+    x = _x(256)
+    z = sae.encode(x)
+    assert (z > 0).any() and (z < 0).any()
+    out = sae(x, TrainState())
+    pi = (x - sae.b_dec) @ sae.W_enc + sae.b_enc
+    gate = ((pi > 0.05) | (pi < -0.05)).float()
+    assert float(out.parts["sparsity"]) == pytest.approx(float(gate.sum(1).mean()), rel=1e-6)
+    assert torch.equal(z != 0, (gate > 0) & (sae._parts(x)[3] != 0))
+    asym = SignAwareGated(D, M, SignAwareGated.Params(magnitude="asymmetric"))
+    assert {"r_neg", "b_neg"} <= {n for n, _ in asym.named_parameters()}
+
+
+def test_gated_fires_where_the_gate_opens_with_the_magnitude_path():
+    sae = Gated(D, M, Gated.Params())
+    with torch.no_grad():
+        sae.r_mag.fill_(math.log(2.0))
+        sae.b_mag.fill_(0.0)
+    x = _x()
+    pi, f_mag = sae.paths(x)
+    torch.testing.assert_close(f_mag, torch.relu(2.0 * ((x - sae.b_dec) @ sae.W_enc)))
+    z = sae.encode(x)
+    assert torch.equal(z != 0, (pi > 0) & (f_mag > 0))
+    out = sae(x, TrainState())
+    aux = ((x - (torch.relu(pi) @ sae.W_dec + sae.b_dec)) ** 2).sum(1).mean()
+    torch.testing.assert_close(out.parts["aux"], aux.detach())
+
+
+def test_relu_l1_weights_the_l1_by_decoder_norm():
+    sae = ReluL1(D, M, ReluL1.Params(l1_coeff=2.0, l1_warmup_frac=0.5))
+    x = _x()
+    z = torch.relu(x @ sae.W_enc + sae.b_enc)
+    assert float(sae(x).parts["sparsity"]) == pytest.approx(
+        float((z * sae.W_dec.norm(dim=1)).sum(1).mean())
+    )
+    half = sae(x, TrainState(frac=0.25))  # λ at half of its warm-up
+    torch.testing.assert_close(half.loss, half.parts["mse"] + 1.0 * half.parts["sparsity"])
+    assert float(sae.W_dec.norm(dim=1).mean()) == pytest.approx(0.1)  # the update's init
+
+
+def test_matryoshka_prefixes_reconstruct_from_their_own_latents_only():
+    assert prefix_sizes(32, (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)) == [2, 4, 8, 16, 32]
+    sae = MatryoshkaBatchTopK(D, M, MatryoshkaBatchTopK.Params(k=4))
+    z = torch.rand(5, M)
+    recs = sae.prefix_reconstructions(z)
+    z2 = z.clone()
+    z2[:, 8:] = 99.0  # latents beyond the third prefix
+    recs2 = sae.prefix_reconstructions(z2)
+    for i, m in enumerate(sae.prefixes):
+        same = torch.allclose(recs[i], recs2[i])
+        assert same == (m <= 8), m
+    out = sae(_x(), TrainState())
+    assert "prefix_mse" in out.parts
+
+
+@pytest.mark.parametrize("name", list(registry.registered("sae")))
+def test_every_architecture_shapes_loss_and_gradients(name):
+    info = registry.registered("sae")[name]
+    sae = info.cls(D, M, info.params_cls(), seed=1)
+    x = _x()
+    out = sae(x, TrainState(frac=0.5, dead=torch.ones(M, dtype=torch.bool)))
+    assert out.x_hat.shape == (64, D) and out.z.shape == (64, M)
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    assert sae.W_dec.grad is not None and torch.isfinite(sae.W_dec.grad).all()
+    sae.eval()
+    with torch.no_grad():
+        assert sae.encode(x).shape == (64, M)
+        assert sae.decode(sae.encode(x)).shape == (64, D)
+    assert (sae.encode(x) < 0).any() == sae.signed or not sae.signed
+
+
+def test_k_larger_than_the_width_is_refused():
+    with pytest.raises(ValueError, match="exceeds the width"):
+        TopK(D, 4, TopK.Params(k=8))
+
+
+def test_sign_aware_thresholds_learn_from_the_reconstruction():
+    """Without the L0 penalty the thresholds still get a gradient (through the gated
+    magnitude's pseudo-derivative), from both polarities."""
+    sae = SignAwareGated(D, M, SignAwareGated.Params(sparsity_coeff=0.0, bandwidth=1.0))
+    sae(_x(256), TrainState()).loss.backward()
+    assert sae.theta_pos.grad.abs().sum() > 0 and sae.theta_neg.grad.abs().sum() > 0
+
+
+def test_gated_magnitude_pseudo_gradient_by_hand():
+    from sparsebench.methods.sae.sign_aware_gated import GatedMagnitudeFn
+
+    u = torch.tensor([[0.1, 0.3, 0.9]])
+    theta = torch.tensor([0.2, 0.2, 0.2], requires_grad=True)
+    mu = torch.tensor([[2.0, 3.0, 4.0]], requires_grad=True)
+    out = GatedMagnitudeFn.apply(u, theta, mu, 0.4)
+    assert out.tolist() == [[0.0, 3.0, 4.0]]
+    out.sum().backward()
+    assert theta.grad.tolist() == pytest.approx([-5.0, -7.5, 0.0])  # −(μ/ε)·1[|u−θ| < ε/2]
+    assert mu.grad.tolist() == [[0.0, 1.0, 1.0]]

@@ -1,0 +1,93 @@
+"""SAE metric definitions on hand-checkable cases (methods/sae/metrics.py)."""
+
+import pytest
+import torch
+
+from sparsebench.methods.sae import metrics
+from sparsebench.methods.sae.synthetic import SyntheticConfig, true_dictionary
+
+
+def _x(n=200, d=8, seed=0):
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
+
+
+def test_ev_of_the_mean_is_zero_and_of_x_is_one():
+    x = _x()
+    assert metrics.explained_variance(x, x.mean(0).expand_as(x)) == pytest.approx(0.0, abs=1e-12)
+    assert metrics.explained_variance(x, x) == pytest.approx(1.0)
+    s = metrics.ReconstructionStats()
+    s.update(x, x)
+    assert s.fvu == pytest.approx(0.0, abs=1e-12) and s.mse == 0.0
+
+
+def test_a_constant_offset_does_not_inflate_ev():
+    """SAELens #659: EV about zero would turn 0.5 into about 0.99 here."""
+    x = _x()
+    x_hat = 0.5 * x  # EV = 1 - 0.25 = 0.75 about the mean (x has mean ~0)
+    base = metrics.explained_variance(x, x_hat)
+    off = torch.full((8,), 10.0)
+    assert metrics.explained_variance(x + off, x_hat + off) == pytest.approx(base, abs=1e-9)
+    about_zero = 1 - ((x - x_hat) ** 2).sum() / ((x + off) ** 2).sum()
+    assert float(about_zero) > 0.99 > base + 0.2
+
+
+def test_streamed_ev_equals_the_one_batch_value_numerator_and_denominator_apart():
+    x, x_hat = _x(), _x(seed=1) * 0.1 + _x()
+    s = metrics.ReconstructionStats()
+    for i in range(0, 200, 30):  # uneven batches
+        s.update(x[i : i + 30], x_hat[i : i + 30])
+    assert s.explained_variance == pytest.approx(metrics.explained_variance(x, x_hat))
+    by_hand = 1 - ((x - x_hat) ** 2).sum(1).mean() / ((x - x.mean(0)) ** 2).sum(1).mean()
+    assert s.explained_variance == pytest.approx(float(by_hand), rel=1e-6)
+
+
+def test_l0_counts_negative_latents_and_firing_stats():
+    z = torch.tensor([[0.0, -1.0, 2.0], [0.0, 0.0, 3.0], [0.0, 1.0, 0.0], [0.0, -2.0, 1.0]])
+    assert metrics.l0(z) == pytest.approx((2 + 1 + 1 + 2) / 4)
+    f = metrics.FiringStats(3)
+    f.update(z)
+    assert f.frequency().tolist() == [0.0, 0.75, 0.75]
+    assert f.dense_fraction(0.5) == pytest.approx(2 / 3)
+    # latent 1: 1 positive, 2 negative firings -> bipolar; latent 2 only positive
+    assert f.bipolar_fraction(0.1) == pytest.approx(1 / 2)
+
+
+def test_dead_fraction_counts_tokens_since_the_last_fire():
+    since = torch.tensor([0, 99, 100, 5000])
+    assert metrics.dead_fraction(since, window=100) == 0.5
+
+
+def test_shrinkage_is_one_for_unbiased_and_below_for_shrunk_reconstructions():
+    x = _x()
+    assert metrics.shrinkage(x, x) == pytest.approx(1.0)
+    assert metrics.shrinkage(x, 0.8 * x) == pytest.approx(0.8)
+
+
+def test_loss_and_kl_recovered():
+    assert metrics.loss_recovered(ce_clean=2.0, ce_sae=2.5, ce_zero=7.0) == pytest.approx(0.9)
+    assert metrics.loss_recovered(2.0, 2.0, 7.0) == 1.0
+    assert metrics.kl_recovered(kl_sae=0.5, kl_zero=2.0) == pytest.approx(0.75)
+
+
+def test_mcc_of_the_true_dictionary_is_one_up_to_sign_and_order():
+    cfg = SyntheticConfig(n_features=40, d=16, n_bipolar=8)
+    d = true_dictionary(cfg, seed=3)
+    perm = torch.randperm(40, generator=torch.Generator().manual_seed(0))
+    signs = torch.where(torch.arange(40) % 2 == 0, 1.0, -1.0).unsqueeze(1)
+    assert metrics.mcc(d[perm] * signs * 3.0, d) == pytest.approx(1.0)
+    assert metrics.recovery_rate(d[perm], d) == 1.0
+    # half the latents missing: those true features score 0
+    assert metrics.mcc(d[:20], d) == pytest.approx(0.5)
+    rand = true_dictionary(cfg, seed=4)
+    assert metrics.mcc(rand, d) < 0.6
+
+
+def test_sparse_probe_picks_the_informative_latent():
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 2, (400,), generator=g)
+    z = torch.rand(400, 10, generator=g)
+    z[:, 7] = y.float() * 2.0 + 0.1 * torch.rand(400, generator=g)  # latent 7 is the label
+    assert metrics.top_latents(z[:200], y[:200], 1).tolist() == [7]
+    assert metrics.sparse_probe_accuracy(z[:200], y[:200], z[200:], y[200:], k=1) == 1.0
+    with pytest.raises(ValueError, match="both classes"):
+        metrics.top_latents(z, torch.ones(400), 1)

@@ -1,0 +1,96 @@
+"""The shared SAE training loop (methods/sae/module.py) on synthetic ground truth."""
+
+import math
+
+import pytest
+import torch
+
+import sparsebench.methods.sae  # noqa: F401
+from sparsebench.methods.sae import metrics
+from sparsebench.methods.sae.module import TrainConfig, input_scale, train_flops, train_sae
+from sparsebench.methods.sae.relu_l1 import ReluL1
+from sparsebench.methods.sae.synthetic import SyntheticConfig, sample, true_dictionary
+from sparsebench.methods.sae.topk import TopK
+from sparsebench.suite import registry
+
+CFG = SyntheticConfig(n_features=48, d=24, p_max=0.15, freq_exponent=0.3, n_bipolar=4)
+
+
+@pytest.fixture(scope="module")
+def data():
+    x, codes = sample(CFG, 8192, seed=0)
+    return x * input_scale(x), codes
+
+
+def test_input_scale_gives_mean_norm_sqrt_d(data):
+    x, _ = data
+    assert float(x.norm(dim=1).mean()) == pytest.approx(math.sqrt(CFG.d), rel=1e-6)
+
+
+def test_synthetic_codes_follow_the_config(data):
+    _, codes = data
+    freq = (codes != 0).double().mean(0)
+    assert freq[0] == pytest.approx(0.15, abs=0.02)  # p_max
+    assert freq[0] > freq[-1]  # power law
+    assert (codes[:, :4] < 0).any() and (codes[:, 4:] >= 0).all()  # only the bipolar ones flip
+    x2, codes2 = sample(CFG, 8192, seed=0)
+    assert torch.equal(codes2, codes)  # a function of the seed
+
+
+def test_topk_learns_the_true_dictionary(data):
+    x, _ = data
+    sae = TopK(CFG.d, 96, TopK.Params(k=4, lr=3e-3), seed=0)
+    before = metrics.mcc(sae.W_dec, true_dictionary(CFG, seed=0))
+    res = train_sae(sae, x, TrainConfig(steps=600, batch_size=256, dead_window=20_000), seed=0)
+    after = metrics.mcc(sae.W_dec, true_dictionary(CFG, seed=0))
+    assert after > 0.95 and before < 0.6, (before, after)
+    torch.testing.assert_close(sae.W_dec.norm(dim=1), torch.ones(96))  # unit-norm rows kept
+    with torch.no_grad():
+        assert ((sae.encode(x) != 0).sum(1) <= 4).all()
+    assert res.tokens == 600 * 256
+    assert res.train_flops == train_flops(sae, 600 * 256) == 3 * 2 * 24 * 96 * 2 * 600 * 256
+
+
+def test_dead_latents_are_counted_over_the_token_window(data):
+    x, _ = data
+    sae = ReluL1(CFG.d, 16, ReluL1.Params(lr=1e-3), seed=0)
+    with torch.no_grad():
+        sae.b_enc[:4] = -1e4  # these four can never fire (and get no gradient)
+    res = train_sae(sae, x, TrainConfig(steps=40, batch_size=128, dead_window=1000), seed=0)
+    assert res.since_fire[:4].tolist() == [40 * 128] * 4
+    dead = res.since_fire >= 1000
+    assert dead[:4].all() and res.dead_fraction == pytest.approx(float(dead.double().mean()))
+    longer = train_sae(
+        ReluL1(CFG.d, 16, ReluL1.Params(lr=1e-3), seed=0), x,
+        TrainConfig(steps=40, batch_size=128, dead_window=40 * 128 + 1), seed=0,
+    )  # fmt: skip
+    assert longer.dead_fraction == 0.0  # nothing can be dead before the window has passed
+
+
+@pytest.mark.parametrize("name", list(registry.registered("sae")))
+def test_every_architecture_trains_and_is_deterministic(name, data):
+    x, _ = data
+    info = registry.registered("sae")[name]
+    params = info.params_cls(
+        **({"lr": 1e-3} if "lr" in info.params_cls.__dataclass_fields__ else {})
+    )
+    if hasattr(params, "k"):
+        params.k = 4
+    cfg = TrainConfig(steps=60, batch_size=256, dead_window=10_000)
+    a = info.cls(CFG.d, 32, params, seed=0)
+    start = metrics.explained_variance(x, a.decode(a.encode(x)).detach())
+    res = train_sae(a, x, cfg, seed=0)
+    b = train_sae(info.cls(CFG.d, 32, params, seed=0), x, cfg, seed=0).sae
+    with torch.no_grad():
+        end = metrics.explained_variance(x, a.decode(a.encode(x)))
+        assert torch.equal(a.encode(x), b.encode(x))  # same seed, same SAE bit for bit
+    assert end > start and end > 0.0, (start, end)
+    assert math.isfinite(res.parts["mse"])
+
+
+def test_bad_activations_are_refused():
+    sae = TopK(4, 8, TopK.Params(k=2))
+    with pytest.raises(ValueError, match=r"activations must be \(n, 4\)"):
+        train_sae(sae, torch.zeros(10, 5), TrainConfig(steps=1))
+    with pytest.raises(ValueError, match="all zero"):
+        input_scale(torch.zeros(3, 4))
