@@ -39,9 +39,10 @@ def test_synthetic_codes_follow_the_config(data):
 
 def test_topk_learns_the_true_dictionary(data):
     x, _ = data
-    sae = TopK(CFG.d, 96, TopK.Params(k=4, lr=3e-3), seed=0)
+    sae = TopK(CFG.d, 96, TopK.Params(k=4), seed=0)
     before = metrics.mcc(sae.W_dec, true_dictionary(CFG, seed=0))
-    res = train_sae(sae, x, TrainConfig(steps=600, batch_size=256, dead_window=20_000), seed=0)
+    cfg = TrainConfig(steps=600, batch_size=256, lr=3e-3, dead_window=20_000)
+    res = train_sae(sae, x, cfg, seed=0)
     after = metrics.mcc(sae.W_dec, true_dictionary(CFG, seed=0))
     assert after > 0.95 and before < 0.6, (before, after)
     torch.testing.assert_close(sae.W_dec.norm(dim=1), torch.ones(96))  # unit-norm rows kept
@@ -53,7 +54,7 @@ def test_topk_learns_the_true_dictionary(data):
 
 def test_dead_latents_are_counted_over_the_token_window(data):
     x, _ = data
-    sae = ReluL1(CFG.d, 16, ReluL1.Params(lr=1e-3), seed=0)
+    sae = ReluL1(CFG.d, 16, ReluL1.Params(), seed=0)
     with torch.no_grad():
         sae.b_enc[:4] = -1e4  # these four can never fire (and get no gradient)
     res = train_sae(sae, x, TrainConfig(steps=40, batch_size=128, dead_window=1000), seed=0)
@@ -61,7 +62,7 @@ def test_dead_latents_are_counted_over_the_token_window(data):
     dead = res.since_fire >= 1000
     assert dead[:4].all() and res.dead_fraction == pytest.approx(float(dead.double().mean()))
     longer = train_sae(
-        ReluL1(CFG.d, 16, ReluL1.Params(lr=1e-3), seed=0), x,
+        ReluL1(CFG.d, 16, ReluL1.Params(), seed=0), x,
         TrainConfig(steps=40, batch_size=128, dead_window=40 * 128 + 1), seed=0,
     )  # fmt: skip
     assert longer.dead_fraction == 0.0  # nothing can be dead before the window has passed
@@ -86,6 +87,17 @@ def test_every_architecture_trains_and_is_deterministic(name, data):
         assert torch.equal(a.encode(x), b.encode(x))  # same seed, same SAE bit for bit
     assert end > start and end > 0.0, (start, end)
     assert math.isfinite(res.parts["mse"])
+
+
+def test_the_shared_lr_overrides_the_published_one_unless_none():
+    from sparsebench.methods.sae.module import SAEModule
+
+    sae = ReluL1(4, 8, ReluL1.Params())  # published lr 5e-5
+    shared = SAEModule(sae, TrainConfig()).configure_optimizers()["optimizer"]
+    own = SAEModule(sae, TrainConfig(lr=None)).configure_optimizers()["optimizer"]
+    assert shared.param_groups[0]["lr"] == 1e-3 and own.param_groups[0]["lr"] == 5e-5
+    with pytest.raises(ValueError, match="lr must be > 0"):
+        TrainConfig(lr=0.0).validate()
 
 
 def test_bad_activations_are_refused():
