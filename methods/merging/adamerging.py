@@ -16,6 +16,7 @@ from .base import MergeData, MergeInputs, MergeResult, MergingMethod, StateDict,
 from .task_arithmetic import LAMBDA_GRID
 
 TA_INIT = "task_arithmetic"
+CLAMP_MARGIN = 1e-3  # a start at TA's λ = 1.0 (its grid's end) begins at 0.999
 
 
 class _AdaMerging(MergingMethod):
@@ -46,8 +47,13 @@ class _AdaMerging(MergingMethod):
                 raise ValueError(f"lr must be > 0, got {self.lr}")
             if isinstance(self.init, str) and self.init != TA_INIT:
                 raise ValueError(f"init must be a number or {TA_INIT!r}, got {self.init!r}")
-            if not isinstance(self.init, str) and self.init < 0:
-                raise ValueError(f"init must be >= 0, got {self.init}")
+            if not isinstance(self.init, str):
+                low, high = (0.0, 1.0) if self.clamp else (0.0, float("inf"))
+                if not low < self.init < high:  # at the clamp's ends its gradient is 0: frozen
+                    raise ValueError(
+                        f"init must be {TA_INIT!r} or a number in ({low:g}, {high:g})"
+                        f"{' (clamp: true)' if self.clamp else ''}, got {self.init}"
+                    )
 
     def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
         data = require_data(inputs, self.method_name)
@@ -63,6 +69,8 @@ class _AdaMerging(MergingMethod):
             read_n += x.shape[0]
 
         init = self.initial_lambda(inputs, params)
+        if params.clamp:  # at 0 or 1 the clamp passes no gradient: start just inside
+            init = min(max(init, CLAMP_MARGIN), 1.0 - CLAMP_MARGIN)
         shape = (n_tasks,) if self.granularity == "task" else (len(keys), n_tasks)
         ref = next(iter(base.values()))
         raw = torch.full(shape, init, dtype=ref.dtype, device=ref.device, requires_grad=True)
@@ -118,9 +126,10 @@ class _AdaMerging(MergingMethod):
     def initial_lambda(inputs: MergeInputs, params: Params) -> float:
         """The λ at which every coefficient starts: ``params.init`` when a number; for
         ``"task_arithmetic"`` the λ of Task Arithmetic's grid (0.01, ..., 1.00) with the
-        highest :meth:`MergeData.selection_score` (the first one on a tie): the choice the
-        ``task_arithmetic`` cell makes, on the labeled validation examples every method's
-        selection reads (not counted in ``examples``, as no method's selection is)."""
+        highest :meth:`MergeData.selection_score` (the first one on a tie): the choice a
+        default ``task_arithmetic`` cell makes, on the labeled validation examples every
+        method's selection reads (not counted in ``examples``, as no method's selection is).
+        With ``clamp`` the merge then starts at this value moved into [0.001, 0.999]."""
         if not isinstance(params.init, str):
             return float(params.init)
 

@@ -193,6 +193,11 @@ class _HostParamsMixin:
 
 
 def _validate_host_fields(p: Any) -> None:
+    takes = _HOST_FIELDS[p.host]
+    if "p" not in takes and p.p is not None:
+        raise ValueError(f"host {p.host!r} has no drop rate p (only dare_ta, dare_ties do)")
+    if "k" not in takes and p.k != type(p).__dataclass_fields__["k"].default:
+        raise ValueError(f"host {p.host!r} has no trim fraction k (only ties, dare_ties do)")
     if p.lam is not None and p.lam < 0:
         raise ValueError(f"lam must be >= 0, got {p.lam}")
     if not 0.0 < p.k <= 1.0:

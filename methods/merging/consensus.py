@@ -57,8 +57,8 @@ class Consensus(MergingMethod):
         def validate(self) -> None:
             if self.alpha is not None and self.alpha < 0:
                 raise ValueError(f"alpha must be >= 0, got {self.alpha}")
-            if self.k < 0:
-                raise ValueError(f"k must be >= 0, got {self.k}")
+            if self.k < 1:  # k = 0 would keep every entry: Task Arithmetic
+                raise ValueError(f"k must be >= 1 (tasks that must agree), got {self.k}")
             if not isinstance(self.lam, str) and self.lam < 0:
                 raise ValueError(f"lam must be >= 0 or 'val', got {self.lam}")
             if self.n_examples < 1:

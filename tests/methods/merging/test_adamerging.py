@@ -62,7 +62,22 @@ def test_default_init_is_the_task_arithmetic_lambda_with_the_best_selection_scor
     assert inputs.data.read["val"] == 0  # the selection score is not a data read of the method
 
 
-@pytest.mark.parametrize("init", ["ties", -0.1])
+@pytest.mark.parametrize("init", ["ties", -0.1, 0.0, 1.0, 5.0])
 def test_bad_init_is_refused(init):
+    """At the clamp's ends (0, 1 and beyond) its gradient is 0: λ would never move."""
     with pytest.raises(ValueError, match="init must be"):
         AdaMergingTask.Params(init=init).validate()
+    if isinstance(init, float) and init >= 1.0:
+        AdaMergingTask.Params(init=init, clamp=False).validate()  # no clamp: any λ > 0
+
+
+def test_a_start_at_the_clamps_end_is_moved_inside_and_learns():
+    inputs = make_inputs(seed=1)
+    params = AdaMergingTask.Params(steps=30, lr=1e-2, n_examples=32)
+    AdaMergingTask.initial_lambda = staticmethod(lambda inputs, params: 1.0)  # TA chose 1.0
+    try:
+        res = AdaMergingTask().merge(inputs, params)
+    finally:
+        del AdaMergingTask.initial_lambda
+    assert res.info["init"] == pytest.approx(0.999)
+    assert res.info["lambdas"] != pytest.approx([0.999] * 3)  # it moved

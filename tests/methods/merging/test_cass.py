@@ -204,3 +204,14 @@ def test_gradients_are_memoised_per_inputs_object():
         inputs.base["scale"].mul_(2.0)  # an in-place change invalidates the memo
     Cass().merge(inputs, Cass.Params(keep=0.25, lam=0.3, n_examples=20))
     assert inputs.data.read["train"] == 120
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [({"host": "task_arithmetic", "p": 0.5}, "no drop rate"),
+     ({"host": "dare_ta", "k": 0.5}, "no trim fraction")],
+)  # fmt: skip
+def test_host_parameters_the_host_does_not_take_are_refused(params, match):
+    with pytest.raises(ValueError, match=match):
+        Cass.Params(**params).validate()
+    Cass.Params(host="dare_ties", p=0.5, k=0.5).validate()  # takes both

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from sparsebench.methods.merging.base import MergeInputs
@@ -65,3 +66,8 @@ def test_validation_lambdas_and_ties_host():
     ties_mtl = multitask_vector(inputs.task_vectors(), "ties")
     for k, v in ties_mtl.items():  # the merged update lives inside the TIES vector's support
         assert torch.all((res2.state[k] - inputs.base[k])[v == 0] == 0)
+
+
+def test_k_below_one_is_refused_at_validation():
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        Consensus.Params(k=0).validate()
