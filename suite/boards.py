@@ -55,3 +55,16 @@ def write_board_files(
             files["png"] = files[name]
         atomic_write(files[name], lambda p, draw=draw: draw(Path(p)))
     return files
+
+
+def failed_lines(runs: pl.DataFrame) -> list[str]:
+    """Markdown lines listing the cells of ``runs`` whose status is not ``ok`` (with their
+    error), or nothing when every cell finished."""
+    failed = runs.filter(pl.col("status") != "ok")
+    if not failed.height:
+        return []
+    lines = [f"{failed.height} cell(s) did not finish:", ""]
+    lines += [
+        f"- `{r['cell_id']}` ({r['status']}): {r['error']}" for r in failed.iter_rows(named=True)
+    ]
+    return [*lines, ""]

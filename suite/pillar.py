@@ -52,6 +52,7 @@ BUILTIN_PILLARS: dict[str, str] = {
     "hessian": "sparsebench.suite.pillars.hessian:HessianPillar",
     "kernels": "sparsebench.suite.pillars.kernels:KernelsPillar",
     "merging": "sparsebench.suite.pillars.merging:MergingPillar",
+    "sae": "sparsebench.suite.pillars.sae:SAEPillar",
 }
 PLUGINS_ENV = "SPARSEBENCH_PLUGINS"
 

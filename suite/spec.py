@@ -215,6 +215,15 @@ class Spec:
         return [c for name in names for c in get_pillar(name).cells(self)]
 
 
+def section_settings(spec: Spec, key: str, method: str, families) -> list[Setting]:
+    """The settings of ``method`` under ``spec.data[key]["methods"]`` (a pillar's own section),
+    grid expanded, errors prefixed with the file and ``<key>.methods.<method>``."""
+    info = registry.get_method(method, families)
+    return expand_grid(
+        info, spec.data[key]["methods"][method], f"{spec.source}: {key}.methods.{method}"
+    )
+
+
 def _refuse_non_finite(value: Any, source: str, path: tuple = ()) -> None:
     """YAML's .nan / .inf are numbers to JSON Schema: refuse them here, naming the key."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -41,7 +41,7 @@ class MatryoshkaBatchTopK(BatchTopK):
     m/16, m/16, m/8, m/4, m/2), the mean over prefixes (as dictionary_learning's Matryoshka
     trainer), k = 32, α = 1/32, Adam lr 3e-4 with β = (0.9, 0.99) (BatchTopK's).
 
-    Sources: Bussmann, Nabeshima, Karvonen, Nanda, "Learning Multi-Level Features with
+    Source: Bussmann, Nabeshima, Karvonen, Nanda, "Learning Multi-Level Features with
     Matryoshka Sparse Autoencoders", ICML 2025, Sec. 3; Nabeshima, "Matryoshka Sparse
     Autoencoders", 2025.
     """

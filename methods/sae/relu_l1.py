@@ -26,7 +26,7 @@ class ReluL1(SparseAutoencoder):
     initialised at norm 0.1 with W_enc = W_decᵀ, Adam lr 5e-5 (β 0.9, 0.999), the loop's
     linear decay of the lr to 0 over the last 20 % and gradient-norm clipping at 1.
 
-    Sources: Bricken et al., "Towards Monosemanticity", Transformer Circuits 2023 (ReLU SAE,
+    Source: Bricken et al., "Towards Monosemanticity", Transformer Circuits 2023 (ReLU SAE,
     L1 penalty); Conerly et al., "Circuits Updates - April 2024: Training Sparse Autoencoders"
     (norm-weighted L1, no pre-encoder bias, initialisation, λ warm-up).
     """

@@ -19,7 +19,7 @@ from typing import Any
 
 from sparsebench.suite import registry
 from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, Plot, register_pillar
-from sparsebench.suite.spec import Spec, SpecError, expand_grid
+from sparsebench.suite.spec import Spec, SpecError, section_settings
 
 from . import artefacts as arts
 from .table import COLUMNS
@@ -300,6 +300,4 @@ class MergingPillar(Pillar):
 
 def settings(spec: Spec, method: str):
     """The parameter settings of ``method`` in the spec's merging section (grid expanded)."""
-    info = registry.get_method(method, FAMILY)
-    where = f"{spec.source}: merging.methods.{method}"
-    return expand_grid(info, spec.data["merging"]["methods"][method], where)
+    return section_settings(spec, "merging", method, FAMILY)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from sparsebench.suite.boards import fmt, md_table, write_board_files
+from sparsebench.suite.boards import failed_lines, fmt, md_table, write_board_files
 from sparsebench.suite.record import atomic_write
 
 KEYS = ("model", "method", "setting")
@@ -129,7 +129,6 @@ def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
         "(joint fine-tuning). Density: nonzeros of the task vectors the method merged.",
         "",
     ]
-    failed = runs.filter(pl.col("status") != "ok")
     if board.is_empty():
         return "\n".join([*lines, "No finished cells.", ""])
     for (model,), g in board.group_by("model", maintain_order=True):
@@ -166,13 +165,7 @@ def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
         task_cols = [c for c in g.columns if c.startswith("acc_")]
         short = g.select("method", "setting", *task_cols).rename({c: c[4:] for c in task_cols})
         lines += md_table(short) + [""]
-    if failed.height:
-        lines += [f"{failed.height} cell(s) did not finish:", ""]
-        lines += [
-            f"- `{r['cell_id']}` ({r['status']}): {r['error']}"
-            for r in failed.iter_rows(named=True)
-        ]
-        lines.append("")
+    lines += failed_lines(runs)
     return "\n".join(lines)
 
 

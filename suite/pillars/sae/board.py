@@ -1,0 +1,175 @@
+"""SAE board: runs table -> leaderboard per (source, width): architecture setting × FVU, L0,
+dead fraction, MCC (± std over seeds), cost; the matched-L0 table (each architecture's sweep
+interpolated at the spec's target L0s, log-linear in L0); the frontier plots FVU vs L0 and dead
+fraction vs L0, one line per architecture (the plots SAEBench readers look at)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import polars as pl
+
+from sparsebench.suite.boards import failed_lines, fmt, md_table, write_board_files
+
+KEYS = ("activations", "width", "method", "setting")
+MEANS = ("fvu", "l0", "dead_fraction", "mcc", "recovery_rate", "bipolar_fraction", "shrinkage")
+TARGET_L0 = (4.0, 8.0, 16.0)
+
+
+def _ok(runs: pl.DataFrame) -> pl.DataFrame:
+    return runs.filter(pl.col("status") == "ok")
+
+
+def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
+    """One row per (source, width, method, setting): means and stds over seeds; rank by FVU
+    within (source, width) among settings (compare at matched L0 with :func:`matched_l0`)."""
+    ok = _ok(runs)
+    if ok.is_empty():
+        return pl.DataFrame()
+    aggs = [pl.len().alias("seeds")]
+    for c in MEANS:
+        aggs += [pl.col(c).mean().alias(c), pl.col(c).std().alias(f"{c}_std")]
+    aggs += [pl.col("train_flops").mean(), pl.col("train_s").mean()]
+    board = ok.group_by(*KEYS, maintain_order=True).agg(aggs)
+    rank = pl.col("fvu").rank("min").over("activations", "width").cast(pl.Int64)
+    return board.with_columns(rank.alias("rank")).sort("activations", "width", "rank")
+
+
+def matched_l0(board: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
+    """Per (source, width, method) and target L0: FVU, dead fraction and MCC interpolated
+    between the two settings whose mean L0 bracket the target (linear in log L0); null when
+    the sweep does not reach the target (no extrapolation)."""
+    rows = []
+    if board.is_empty():
+        return pl.DataFrame()
+    for (source, width, method), g in board.group_by(
+        "activations", "width", "method", maintain_order=True
+    ):
+        g = g.filter(pl.col("l0") > 0).sort("l0")
+        l0s = g["l0"].to_list()
+        for t in targets:
+            row = {"activations": source, "width": width, "method": method, "target_l0": float(t)}
+            for c in ("fvu", "dead_fraction", "mcc"):
+                row[c] = _interp(l0s, g[c].to_list(), t)
+            rows.append(row)
+    schema = {
+        "activations": pl.String,
+        "width": pl.Int64,
+        "method": pl.String,
+        "target_l0": pl.Float64,
+    }
+    schema |= {c: pl.Float64 for c in ("fvu", "dead_fraction", "mcc")}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _interp(xs: list[float], ys: list, t: float) -> float | None:
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x0 <= t <= x1 and y0 is not None and y1 is not None:
+            if x1 == x0:
+                return float(y0)
+            w = (math.log(t) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return float(y0 + w * (y1 - y0))
+    if xs and len(xs) == 1 and abs(xs[0] - t) / t < 0.05 and ys[0] is not None:
+        return float(ys[0])  # a single setting within 5 % of the target
+    return None
+
+
+def markdown(board: pl.DataFrame, matched: pl.DataFrame, runs: pl.DataFrame) -> str:
+    lines = ["# Sparse autoencoders", ""]
+    if not board.is_empty():
+        for (source, width), g in board.group_by("activations", "width", maintain_order=True):
+            lines += [f"## {source}, width {width}", ""]
+            show = g.select(
+                "rank", "method", "setting", "seeds",
+                *[_pm(c) for c in ("fvu", "l0", "dead_fraction", "mcc")],
+                pl.col("bipolar_fraction").round(3), pl.col("shrinkage").round(3),
+                pl.col("train_flops").map_elements(lambda v: f"{v:.3g}", return_dtype=pl.String),
+                pl.col("train_s").round(1),
+            )  # fmt: skip
+            lines += md_table(show) + [""]
+            m = matched.filter((pl.col("activations") == source) & (pl.col("width") == width))
+            if m.height:
+                lines += [
+                    "At matched L0 (interpolated in log L0; empty: the sweep does not reach it):",
+                    "",
+                ]
+                wide = m.pivot(on="target_l0", index="method", values="fvu")
+                wide = wide.rename(
+                    {c: f"FVU @ L0={float(c):g}" for c in wide.columns if c != "method"}
+                )
+                lines += md_table(wide.with_columns(pl.exclude("method").round(4))) + [""]
+    lines += failed_lines(runs)
+    return "\n".join(lines)
+
+
+def _pm(col: str) -> pl.Expr:
+    return pl.format(
+        "{} ± {}", pl.col(col).round(3), pl.col(f"{col}_std").round(3).fill_null(0.0)
+    ).alias(col)
+
+
+def _figure(n: int):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, max(n, 1), figsize=(6.0 * max(n, 1), 4.0), squeeze=False)
+    return plt, fig, axes[0]
+
+
+def plot_frontier(board: pl.DataFrame, path: Path, metric: str, ylabel: str, log_y: bool) -> None:
+    """``metric`` against L0 per (source, width), one line per architecture (its settings
+    sorted by L0), error bars over seeds."""
+    panels = (
+        board.select("activations", "width").unique(maintain_order=True).rows()
+        if board.height
+        else []
+    )
+    plt, fig, axes = _figure(len(panels))
+    for ax, (source, width) in zip(axes, panels):
+        g = board.filter((pl.col("activations") == source) & (pl.col("width") == width))
+        for (method,), h in g.group_by("method", maintain_order=True):
+            h = h.filter(pl.col(metric).is_not_null()).sort("l0")
+            ax.errorbar(h["l0"], h[metric], yerr=h[f"{metric}_std"].fill_null(0.0), marker="o",
+                        capsize=2, label=method)  # fmt: skip
+        ax.set_xscale("log")
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_xlabel("L0 (active latents per token)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{source}, width {width}")
+        ax.legend(fontsize=7)
+    if not panels:
+        axes[0].set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
+
+
+def write_leaderboard(runs: pl.DataFrame, out_dir: Path, targets=TARGET_L0) -> dict[str, Path]:
+    board = leaderboard(runs)
+    matched = matched_l0(board, targets)
+    plots = {
+        "fvu_vs_l0.png": lambda p: plot_frontier(board, p, "fvu", "FVU (held-out tokens)", True),
+        "dead_vs_l0.png": lambda p: plot_frontier(
+            board, p, "dead_fraction", "dead fraction", False
+        ),
+    }
+    return write_board_files(out_dir, markdown(board, matched, runs), board, plots=plots)
+
+
+def summary(runs: pl.DataFrame, top: int = 3) -> str:
+    board = leaderboard(runs)
+    if board.is_empty():
+        return "no finished SAE cells"
+    lines = []
+    for (source, width), g in board.group_by("activations", "width", maintain_order=True):
+        for r in g.head(top).iter_rows(named=True):
+            lines.append(
+                f"{source:10s} m={width:<5d} #{r['rank']:<3d} {r['method']:22s} "
+                f"{r['setting']:24s} FVU {fmt(r['fvu'])} L0 {fmt(r['l0'])} "
+                f"dead {fmt(r['dead_fraction'])} MCC {fmt(r['mcc'])}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""The runs table of the SAE pillar: its columns and pandera model."""
+
+from __future__ import annotations
+
+import pandera.polars as pa
+import polars as pl
+
+from sparsebench.suite.schemas import CommonSchema
+
+# Columns of an SAE record besides the common ones; metrics on the source's held-out tokens.
+COLUMNS: dict[str, type] = {
+    "activations": str,  # the activation source's name in the spec (sae.sources)
+    "activations_kind": str,  # "synthetic"
+    "d_in": int,  # activation dimension d
+    "width": int,  # SAE latents m
+    "mse": float,  # E‖x − x̂‖² in the scaled space (E‖x‖₂ = √d)
+    "explained_variance": float,  # 1 − E‖x − x̂‖² / E‖x − E[x]‖²
+    "fvu": float,  # 1 − explained_variance
+    "l0": float,  # nonzero latents per token (negative ones count)
+    "dead_fraction": float,  # latents silent over the last dead_window training tokens
+    "dense_fraction_1pct": float,  # latents firing on > 1 % of held-out tokens
+    "dense_fraction_10pct": float,  # ... on > 10 %
+    "shrinkage": float,  # γ = E‖x̂‖² / E⟨x̂, x⟩ (1: unbiased)
+    "mcc": float,  # synthetic: mean matched |cos| of the decoder with the true dictionary
+    "recovery_rate": float,  # synthetic: true features with matched |cos| >= 0.9
+    "bipolar_fraction": float,  # latents firing with both signs (signed SAEs)
+    "train_tokens": int,  # tokens seen in training
+    "train_flops": float,  # dense accounting (methods/sae/module.py: train_flops)
+    "train_s": float,  # wall-clock of training
+    "input_scale": float,  # the scalar the activations were multiplied by
+    "final_parts_json": str,  # the loss parts of the last training step
+}
+
+
+class SAESchema(CommonSchema):
+    """Runs table of the SAE pillar: one row per (activations, width, method setting, seed)."""
+
+    pillar: str = pa.Field(isin=["sae"])
+    activations: str
+    status: str = pa.Field(isin=["ok", "failed", "diverged"])
+    width: int = pa.Field(ge=1)
+    fvu: float = pa.Field(nullable=True)
+    l0: float = pa.Field(ge=0.0, nullable=True)
+    dead_fraction: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    mcc: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    recovery_rate: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    train_flops: float = pa.Field(ge=0.0, nullable=True)
+    train_s: float = pa.Field(ge=0.0, nullable=True)
+
+    class Config:
+        strict = False
+        unique = ["cell_id"]
+
+    @pa.check("method", name="registered_sae_method")
+    def _registered(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        from sparsebench.suite.registry import all_methods
+
+        return data.lazyframe.select(pl.col(data.key).is_in(list(all_methods(("sae",)))))
+
+    @pa.dataframe_check
+    def ok_rows_have_metrics(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        ok = pl.col("status") == "ok"
+        return data.lazyframe.select((~ok | pl.col("fvu").is_not_null()).fill_null(True))

@@ -1,0 +1,108 @@
+"""The SAE pillar: spec errors, cells, the held-out evaluation and the matched-L0 board."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+import torch
+
+from sparsebench.suite.pillar import get_pillar
+from sparsebench.suite.pillars.sae.board import _interp, leaderboard, matched_l0
+from sparsebench.suite.pillars.sae.job import evaluate, load_source
+from sparsebench.suite.spec import SpecError, validate
+
+PILLAR = get_pillar("sae")
+
+
+def _spec(**section):
+    base = PILLAR.example()["sae"]
+    return validate({"benchmark": "s", "sae": {**base, **section}}, source="s.yaml")
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ({"methods": {"relu": {}}}, r"sae\.methods.*'relu'.*topk"),
+        ({"methods": {"topk": {"k": 64}}}, r"sae\.methods\.topk\.k: 64 exceeds the width 32"),
+        ({"methods": {"topk": {"kk": 4}}}, r"sae\.methods\.topk.*unknown parameter 'kk'"),
+        ({"sources": {"s": {"kind": "lm"}}}, r"sae\.sources\.s\.kind.*synthetic"),
+        ({"sources": {"s": {"kind": "synthetic", "n_bipolar": 99, "n_features": 8}}},
+         r"sae\.sources\.s: n_bipolar must be in \[0, n_features\]"),
+        ({"train": {"steps": 0}}, r"sae\.train\.steps"),
+        ({"widths": []}, r"sae\.widths"),
+    ],
+)  # fmt: skip
+def test_spec_errors_name_the_key_and_what_is_allowed(section, expected):
+    with pytest.raises(SpecError, match=expected):
+        spec = _spec(**section)
+        PILLAR.check(spec)
+
+
+def test_cells_cover_sources_widths_settings_and_seeds():
+    spec = _spec(widths=[16, 32], seeds=[0, 1], methods={"topk": {"k": [2, 4]}, "relu_l1": {}})
+    cells = PILLAR.cells(spec)
+    assert len(cells) == 2 * 2 * 3
+    ids = {c.id for c in cells}
+    assert "synthetic/m16/relu_l1/default/seed1" in ids
+    assert len({c.batch for c in cells}) == 2  # one batch per (source, seed)
+    assert all(c.trigger["train"]["steps"] == 20 for c in cells)
+
+
+def test_activations_are_scaled_and_held_out_tokens_apart():
+    src = _spec().data["sae"]["sources"]["synthetic"]  # with the schema's defaults
+    acts = load_source(src, seed=0)
+    assert acts.train.shape == (2048, 8) and acts.eval.shape == (512, 8)
+    assert float(acts.train.norm(dim=1).mean()) == pytest.approx(8**0.5, rel=1e-5)
+    assert acts.dictionary.shape == (32, 8)
+    again = load_source(src, seed=0)
+    assert torch.equal(again.eval, acts.eval)
+
+
+def test_evaluate_a_perfect_dictionary_sae_by_hand():
+    """An SAE whose decoder is the true dictionary and whose encoder returns the true codes
+    reconstructs exactly: FVU 0, MCC 1, L0 = the codes' own."""
+    from sparsebench.methods.sae.synthetic import SyntheticConfig, sample, true_dictionary
+    from sparsebench.suite.pillars.sae.job import Activations
+
+    cfg = SyntheticConfig(n_features=16, d=8, n_bipolar=2)
+    d = true_dictionary(cfg, 0)
+    x, codes = sample(cfg, 400, 0, d)
+
+    class Oracle(torch.nn.Module):
+        width, W_dec = 16, d
+
+        def encode(self, xs):
+            return (
+                codes[: xs.shape[0]]
+                if xs.shape[0] == 400
+                else torch.linalg.lstsq(d.T, xs.T).solution.T
+            )
+
+        def decode(self, z):
+            return z @ d
+
+    out = evaluate(Oracle(), Activations("synthetic", x, x, 1.0, d), batch=400)
+    assert out["fvu"] == pytest.approx(0.0, abs=1e-10)
+    assert out["mcc"] == pytest.approx(1.0) and out["recovery_rate"] == 1.0
+    assert out["l0"] == pytest.approx(float((codes != 0).sum(1).double().mean()))
+    assert out["bipolar_fraction"] > 0  # the two bipolar features fire with both signs
+
+
+def test_matched_l0_interpolates_in_log_l0_and_never_extrapolates():
+    assert _interp([4.0, 16.0], [0.4, 0.2], 8.0) == pytest.approx(0.3)
+    assert _interp([4.0, 16.0], [0.4, 0.2], 32.0) is None
+    runs = pl.DataFrame(
+        {
+            "status": ["ok"] * 4, "activations": ["s"] * 4, "width": [32] * 4,
+            "method": ["topk", "topk", "relu_l1", "relu_l1"],
+            "setting": ["k=4", "k=16", "a", "b"], "seed": [0] * 4,
+            "fvu": [0.4, 0.2, 0.5, 0.3], "l0": [4.0, 16.0, 2.0, 8.0],
+            **{c: [0.0] * 4 for c in ("dead_fraction", "mcc", "recovery_rate", "bipolar_fraction",
+                                      "shrinkage", "train_flops", "train_s")},
+        }
+    )  # fmt: skip
+    board = leaderboard(runs)
+    assert board.filter(pl.col("rank") == 1)["setting"].to_list() == ["k=16"]
+    m = matched_l0(board, targets=(8.0,))
+    got = dict(zip(m["method"], m["fvu"]))
+    assert got["topk"] == pytest.approx(0.3) and got["relu_l1"] == pytest.approx(0.3)
