@@ -23,8 +23,9 @@ docs/architecture.md for the flow of one job and a worked example):
   lines for ``summary.md`` (:meth:`Pillar.summary`);
 * the **metrics** claims may address (:attr:`Pillar.metrics`: unit, higher is better).
 
-Pillars register by name: the built-ins below, third-party ones through the entry-point group
-``sparsebench.pillars`` (an entry point names a :class:`Pillar` subclass or instance), and any
+Pillars register by name: the built-ins listed in ``sparsebench.suite.pillars.BUILTIN``,
+third-party ones through the entry-point group ``sparsebench.pillars`` (an entry point names a
+:class:`Pillar` subclass or instance), and any
 module listed in the environment variable ``SPARSEBENCH_PLUGINS`` (comma-separated module
 names, imported once; their ``@register_pillar`` / ``@register`` calls do the rest).
 """
@@ -46,14 +47,6 @@ if TYPE_CHECKING:
 
     from sparsebench.suite.spec import Spec
 
-# The built-in pillars: name -> "module:attribute" of their Pillar class (imported lazily).
-BUILTIN_PILLARS: dict[str, str] = {
-    "classification": "sparsebench.suite.pillars.classification:ClassificationPillar",
-    "hessian": "sparsebench.suite.pillars.hessian:HessianPillar",
-    "kernels": "sparsebench.suite.pillars.kernels:KernelsPillar",
-    "merging": "sparsebench.suite.pillars.merging:MergingPillar",
-    "sae": "sparsebench.suite.pillars.sae:SAEPillar",
-}
 PLUGINS_ENV = "SPARSEBENCH_PLUGINS"
 
 
@@ -293,7 +286,7 @@ def load_plugins() -> None:
     if _loaded:
         return
     _loaded = True
-    for ref in BUILTIN_PILLARS.values():
+    for ref in _builtin().values():
         register_pillar(_resolve(ref))
     for ep in entry_points(group="sparsebench.pillars"):
         register_pillar(ep.load())
@@ -307,18 +300,24 @@ def load_plugins() -> None:
             ) from None
 
 
+def _builtin() -> dict[str, str]:
+    """The built-in pillars' list, kept in the pillars package, not here."""
+    return importlib.import_module("sparsebench.suite.pillars").BUILTIN
+
+
 def _resolve(ref: str) -> Any:
     module, _, attr = ref.partition(":")
     return getattr(importlib.import_module(module), attr)
 
 
 def all_pillars() -> dict[str, Pillar]:
-    """Every registered pillar: the built-ins in :data:`BUILTIN_PILLARS` order, then the others
+    """Every registered pillar: the built-ins in their listed order, then the others
     in registration order (importing a built-in's module registers it early: the order must not
     depend on what was imported first)."""
     load_plugins()
-    names = [n for n in BUILTIN_PILLARS if n in _PILLARS]
-    names += [n for n in _PILLARS if n not in BUILTIN_PILLARS]
+    builtin = _builtin()
+    names = [n for n in builtin if n in _PILLARS]
+    names += [n for n in _PILLARS if n not in builtin]
     return {n: _PILLARS[n] for n in names}
 
 

@@ -13,7 +13,14 @@ from sparsebench.suite.registry import register
 
 from ._data import memo, require_data
 from .base import MergeInputs, MergeResult, MergingMethod, StateDict, add_scaled
-from .tall_masks import Host, apply_mask, mask_density, multitask_vector, select_tall_masks
+from .tall_masks import (
+    Host,
+    apply_mask,
+    mask_density,
+    multitask_vector,
+    select_tall_masks,
+    validate_tall_fields,
+)
 from .task_arithmetic import LAMBDA_GRID
 from .ties import trim
 
@@ -59,10 +66,7 @@ class Consensus(MergingMethod):
                 raise ValueError(f"alpha must be >= 0, got {self.alpha}")
             if self.k < 1:  # k = 0 would keep every entry: Task Arithmetic
                 raise ValueError(f"k must be >= 1 (tasks that must agree), got {self.k}")
-            if not isinstance(self.lam, str) and self.lam < 0:
-                raise ValueError(f"lam must be >= 0 or 'val', got {self.lam}")
-            if self.n_examples < 1:
-                raise ValueError(f"n_examples must be >= 1, got {self.n_examples}")
+            validate_tall_fields(self)
 
     def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
         data = inputs.data

@@ -115,10 +115,7 @@ class TallMasks(MergingMethod):
         n_examples: int = 1024  # validation examples per task for choosing λ_t
 
         def validate(self) -> None:
-            if not isinstance(self.lam, str) and self.lam < 0:
-                raise ValueError(f"lam must be >= 0 or 'val', got {self.lam}")
-            if self.n_examples < 1:
-                raise ValueError(f"n_examples must be >= 1, got {self.n_examples}")
+            validate_tall_fields(self)
 
     def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
         data = inputs.data
@@ -137,3 +134,11 @@ class TallMasks(MergingMethod):
             examples=read_n,
             info={"lambdas": lams, "mask_density": [mask_density(m) for m in masks]},
         )
+
+
+def validate_tall_fields(p) -> None:
+    """The checks of the TALL-mask fields ``lam`` and ``n_examples`` (TALL masks, Consensus)."""
+    if not isinstance(p.lam, str) and p.lam < 0:
+        raise ValueError(f"lam must be >= 0 or 'val', got {p.lam}")
+    if p.n_examples < 1:
+        raise ValueError(f"n_examples must be >= 1, got {p.n_examples}")
