@@ -169,7 +169,7 @@ def test_every_architecture_shapes_loss_and_gradients(name):
     with torch.no_grad():
         assert sae.encode(x).shape == (64, M)
         assert sae.decode(sae.encode(x)).shape == (64, D)
-    assert (sae.encode(x) < 0).any() == sae.signed or not sae.signed
+    assert bool((sae.encode(x) < 0).any()) == sae.signed  # only signed SAEs go negative
 
 
 def test_k_larger_than_the_width_is_refused():
