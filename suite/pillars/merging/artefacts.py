@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-from sparsebench.suite import paths
+from sparsebench.suite import paths, tensorfile
 from sparsebench.suite.pillar import Artefact
 
 from .config import Recipe, TrunkConfig
@@ -101,35 +97,17 @@ def make(
 # ------------------------------------------------------------------ safetensors I/O
 def save(artefact_id: str, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> None:
     """Write model.safetensors then meta.json of ``artefact_id``, each atomically."""
-    from safetensors.torch import save_file
-
-    model_path, meta_path = (Path(p) for p in files(artefact_id))
-    model_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=model_path.parent, suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, tmp)
-        os.replace(tmp, model_path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    from sparsebench.suite.record import write_json_atomic
-
-    write_json_atomic(meta_path, {**meta, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    tensorfile.save(*files(artefact_id), tensors, meta)
 
 
 def load(artefact_id: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """(tensors, meta) of an artefact. Raises FileNotFoundError naming the file and how to make
     it when it is missing."""
-    from safetensors.torch import load_file
-
-    model_path, meta_path = files(artefact_id)
-    if not Path(model_path).is_file():
-        raise FileNotFoundError(
-            f"missing merging artefact {model_path}; it is made by the Snakemake workflow "
-            f"(snakemake --cores N --configfile SPEC) or `sparsebench build merging "
-            f"--artefact {artefact_id} --spec SPEC`"
-        )
-    return load_file(model_path), json.loads(Path(meta_path).read_text())
+    return tensorfile.load(
+        *files(artefact_id),
+        f"it is made by the Snakemake workflow (snakemake --cores N --configfile SPEC) or "
+        f"`sparsebench build merging --artefact {artefact_id} --spec SPEC`",
+    )
 
 
 def split_head(tensors: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], tuple]:

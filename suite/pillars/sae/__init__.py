@@ -1,9 +1,10 @@
 """The SAE pillar: every sparse-autoencoder architecture trained on the same activations with
 one recipe, FVU / L0 / dead latents / dictionary recovery side by side, frontier plots.
 
-Sources today: synthetic ground truth (a known dictionary; methods/sae/synthetic.py). The
-suite's language model and image-model activations are the next sources (docs/sae.md).
-Cells of one (source, seed) share a process and its activations.
+Sources (:mod:`.sources`): synthetic ground truth (a known dictionary), the suite's byte-level
+language model on the stdlib corpus and LeNet-300-100 on images, each at a named hookpoint; the
+models and their activations are artefacts made once. Cells of one (source, seed) share a
+process and its activations.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sparsebench.suite import registry
-from sparsebench.suite.pillar import Cell, Metric, Pillar, Plot, register_pillar
+from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, Plot, register_pillar
 from sparsebench.suite.spec import Spec, SpecError, section_settings
 
 from .table import COLUMNS
@@ -23,9 +24,9 @@ FAMILY = ("sae",)
 
 @register_pillar
 class SAEPillar(Pillar):
-    """Sparse autoencoders on activations (synthetic ground truth today): reconstruction
-    against sparsity per architecture, dead latents, and the decoder against the true
-    dictionary."""
+    """Sparse autoencoders on activations (synthetic ground truth, a language model, an image
+    model): reconstruction and loss recovered against sparsity per architecture, dead latents,
+    sparse probing, and the decoder against the true dictionary."""
 
     name = "sae"
     title = "Sparse autoencoders"
@@ -39,6 +40,10 @@ class SAEPillar(Pillar):
         Metric("explained_variance", "fraction", True, "1 − FVU (about the mean)"),
         Metric("l0", "", False, "nonzero latents per token"),
         Metric("dead_fraction", "fraction", False, "latents silent over the dead window"),
+        Metric("loss_recovered", "fraction", True, "x̂ spliced in: CE recovered vs zero-ablation"),
+        Metric("kl_recovered", "fraction", True, "x̂ spliced in: (KL_zero − KL_SAE)/KL_zero"),
+        Metric("probe_acc_k1", "fraction", True, "sparse probing, 1 latent (balanced accuracy)"),
+        Metric("probe_acc_k5", "fraction", True, "sparse probing, 5 latents (balanced accuracy)"),
         Metric("mcc", "fraction", True, "synthetic: matched |cos| with the true dictionary"),
         Metric("recovery_rate", "fraction", True, "synthetic: true features with |cos| >= 0.9"),
         Metric("bipolar_fraction", "fraction", True, "latents firing with both signs"),
@@ -46,7 +51,11 @@ class SAEPillar(Pillar):
         Metric("train_flops", "FLOPs", False, "training FLOPs, dense accounting"),
         Metric("train_s", "s", False, "training wall-clock"),
     )
-    plots = (Plot("fvu_vs_l0.png", "fvu.rst"), Plot("dead_vs_l0.png", "dead.rst"))
+    plots = (
+        Plot("fvu_vs_l0.png", "fvu.rst"),
+        Plot("loss_recovered_vs_l0.png", "loss_recovered.rst"),
+        Plot("dead_vs_l0.png", "dead.rst"),
+    )
     batch_max = 8
 
     def example(self, method: str | None = None) -> dict[str, Any]:
@@ -76,29 +85,37 @@ class SAEPillar(Pillar):
         return frag
 
     def check(self, spec: Spec) -> None:
-        from .job import synthetic_config
-
         sec, src = spec.data["sae"], spec.source
-        for name, source in sec["sources"].items():
-            try:
-                synthetic_config(source).validate()
-            except ValueError as e:
-                raise SpecError(f"{src}: sae.sources.{name}: {e}") from None
+        smallest = min(min(source(spec, name).widths or sec["widths"]) for name in sec["sources"])
         for method in sec["methods"]:
             for s in settings(spec, method):  # every Params built: names and types checked
                 k = getattr(s.params, "k", None)
-                if k is not None and k > min(sec["widths"]):
+                if k is not None and k > smallest:
                     raise SpecError(
-                        f"{src}: sae.methods.{method}.k: {k} exceeds the width "
-                        f"{min(sec['widths'])}; allowed: 1 to the smallest of sae.widths"
+                        f"{src}: sae.methods.{method}.k: {k} exceeds the width {smallest}; "
+                        f"allowed: 1 to the smallest SAE width (sae.widths, sources' widths)"
                     )
+
+    def artefacts(self, spec: Spec) -> list[Artefact]:
+        from . import sources
+
+        resolved = {name: source(spec, name) for name in spec.data["sae"]["sources"]}
+        return sources.artefacts(resolved, spec.data["threads"])
+
+    def build(self, spec: Spec, artefact: Artefact) -> None:
+        from . import sources
+
+        sources.build(artefact, spec.data["data_root"])
 
     def cells(self, spec: Spec) -> list[Cell]:
         sec = spec.data["sae"]
         out = []
-        for name, source in sec["sources"].items():
+        from . import sources
+
+        for name in sec["sources"]:
+            src = source(spec, name)
             for seed in sec["seeds"]:
-                for width in sec["widths"]:
+                for width in src.widths or sec["widths"]:
                     for method in sec["methods"]:
                         for s in settings(spec, method):
                             params_json = json.dumps(
@@ -115,15 +132,17 @@ class SAEPillar(Pillar):
                                     seed=seed,
                                     trigger={
                                         "params": params_json,
-                                        "source": source,
+                                        "source": src.identity(),
                                         "train": sec["train"],
-                                        "protocol": 2,
+                                        "protocol": 3,
                                     },
                                     threads=spec.data["threads"],
                                     batch=f"{name}/seed{seed}",
+                                    inputs=sources.inputs(src),
                                     columns={
                                         "activations": name,
-                                        "activations_kind": source["kind"],
+                                        "activations_kind": src.kind,
+                                        "hookpoint": src.hookpoint or "",
                                         "width": width,
                                         "setting": s.label,
                                     },
@@ -133,11 +152,10 @@ class SAEPillar(Pillar):
 
     def prepare(self, spec: Spec, cells) -> Any:
         """The activations of every (source, seed) of the batch, made once."""
-        from .job import load_source
+        from . import sources
 
-        sec = spec.data["sae"]
         keys = dict.fromkeys((c.columns["activations"], c.seed) for c in cells)
-        return {(name, seed): load_source(sec["sources"][name], seed) for name, seed in keys}
+        return {(name, seed): sources.load(source(spec, name), seed) for name, seed in keys}
 
     def run_cell(self, spec: Spec, cell: Cell, state: Any) -> dict[str, Any]:
         from .job import run_sae
@@ -169,3 +187,14 @@ class SAEPillar(Pillar):
 def settings(spec: Spec, method: str):
     """The parameter settings of ``method`` in the spec's sae section (grid expanded)."""
     return section_settings(spec, "sae", method, FAMILY)
+
+
+def source(spec: Spec, name: str):
+    """The resolved :class:`~.sources.Source` ``name`` of the spec. Raises SpecError naming
+    the file, the key and what is allowed."""
+    from . import sources
+
+    try:
+        return sources.resolve(spec.data["sae"]["sources"][name])
+    except (ValueError, TypeError) as e:
+        raise SpecError(f"{spec.source}: sae.sources.{name}.{e}") from None

@@ -1,7 +1,8 @@
 """SAE board: runs table -> leaderboard per (source, width): architecture setting × FVU, L0,
-dead fraction, MCC (± std over seeds), cost; the matched-L0 table (each architecture's sweep
-interpolated at the spec's target L0s, log-linear in L0); the frontier plots FVU vs L0 and dead
-fraction vs L0, one line per architecture (the plots SAEBench readers look at)."""
+dead fraction, loss recovered, sparse probing, MCC (± std over seeds), cost; the matched-L0
+table (each architecture's sweep interpolated at the target L0s, log-linear in L0); the
+frontier plots FVU, loss recovered and dead fraction against L0, one line per architecture (the
+plots SAEBench readers look at)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ import polars as pl
 
 from sparsebench.suite.boards import failed_lines, fmt, md_table, write_board_files
 
-KEYS = ("activations", "width", "method", "setting")
-MEANS = ("fvu", "l0", "dead_fraction", "mcc", "recovery_rate", "bipolar_fraction", "shrinkage")
+KEYS = ("activations", "hookpoint", "width", "method", "setting")
+MEANS = (
+    "fvu", "l0", "dead_fraction", "loss_recovered", "kl_recovered",
+    "probe_acc_k1", "probe_acc_k2", "probe_acc_k5",
+    "mcc", "recovery_rate", "bipolar_fraction", "shrinkage",
+)  # fmt: skip
+MATCHED = ("fvu", "loss_recovered", "dead_fraction", "mcc")
 TARGET_L0 = (4.0, 8.0, 16.0)
 
 
@@ -50,7 +56,7 @@ def matched_l0(board: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
         l0s = g["l0"].to_list()
         for t in targets:
             row = {"activations": source, "width": width, "method": method, "target_l0": float(t)}
-            for c in ("fvu", "dead_fraction", "mcc"):
+            for c in MATCHED:
                 row[c] = _interp(l0s, g[c].to_list(), t)
             rows.append(row)
     schema = {
@@ -59,7 +65,7 @@ def matched_l0(board: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
         "method": pl.String,
         "target_l0": pl.Float64,
     }
-    schema |= {c: pl.Float64 for c in ("fvu", "dead_fraction", "mcc")}
+    schema |= {c: pl.Float64 for c in MATCHED}
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -78,11 +84,16 @@ def _interp(xs: list[float], ys: list, t: float) -> float | None:
 def markdown(board: pl.DataFrame, matched: pl.DataFrame, runs: pl.DataFrame) -> str:
     lines = ["# Sparse autoencoders", ""]
     if not board.is_empty():
-        for (source, width), g in board.group_by("activations", "width", maintain_order=True):
-            lines += [f"## {source}, width {width}", ""]
+        for (source, hp, width), g in board.group_by(
+            "activations", "hookpoint", "width", maintain_order=True
+        ):
+            lines += [f"## {_title(source, hp)}, width {width}", ""]
+            has = [c for c in ("loss_recovered", "kl_recovered", "mcc") if g[c].is_not_null().any()]
+            probes = [f"probe_acc_k{k}" for k in (1, 5) if g[f"probe_acc_k{k}"].is_not_null().any()]
             show = g.select(
                 "rank", "method", "setting", "seeds",
-                *[_pm(c) for c in ("fvu", "l0", "dead_fraction", "mcc")],
+                *[_pm(c) for c in ("fvu", "l0", "dead_fraction", *has)],
+                *[pl.col(c).round(3) for c in probes],
                 pl.col("bipolar_fraction").round(3), pl.col("shrinkage").round(3),
                 pl.col("train_flops").map_elements(lambda v: f"{v:.3g}", return_dtype=pl.String),
                 pl.col("train_s").round(1),
@@ -94,13 +105,20 @@ def markdown(board: pl.DataFrame, matched: pl.DataFrame, runs: pl.DataFrame) -> 
                     "At matched L0 (interpolated in log L0; empty: the sweep does not reach it):",
                     "",
                 ]
-                wide = m.pivot(on="target_l0", index="method", values="fvu")
-                wide = wide.rename(
-                    {c: f"FVU @ L0={float(c):g}" for c in wide.columns if c != "method"}
-                )
-                lines += md_table(wide.with_columns(pl.exclude("method").round(4))) + [""]
+                for metric, name in (("fvu", "FVU"), ("loss_recovered", "loss recovered")):
+                    if m[metric].is_null().all():
+                        continue
+                    wide = m.pivot(on="target_l0", index="method", values=metric)
+                    wide = wide.rename(
+                        {c: f"{name} @ L0={float(c):g}" for c in wide.columns if c != "method"}
+                    )
+                    lines += md_table(wide.with_columns(pl.exclude("method").round(4))) + [""]
     lines += failed_lines(runs)
     return "\n".join(lines)
+
+
+def _title(source: str, hookpoint: str | None) -> str:
+    return f"{source} at {hookpoint}" if hookpoint else source
 
 
 def _pm(col: str) -> pl.Expr:
@@ -120,16 +138,17 @@ def _figure(n: int):
 
 
 def plot_frontier(board: pl.DataFrame, path: Path, metric: str, ylabel: str, log_y: bool) -> None:
-    """``metric`` against L0 per (source, width), one line per architecture (its settings
-    sorted by L0), error bars over seeds."""
+    """``metric`` against L0 per (source, width) where the metric exists, one line per
+    architecture (its settings sorted by L0), error bars over seeds."""
+    have = board.filter(pl.col(metric).is_not_null()) if board.height else board
     panels = (
-        board.select("activations", "width").unique(maintain_order=True).rows()
-        if board.height
+        have.select("activations", "hookpoint", "width").unique(maintain_order=True).rows()
+        if have.height
         else []
     )
     plt, fig, axes = _figure(len(panels))
-    for ax, (source, width) in zip(axes, panels):
-        g = board.filter((pl.col("activations") == source) & (pl.col("width") == width))
+    for ax, (source, hp, width) in zip(axes, panels):
+        g = have.filter((pl.col("activations") == source) & (pl.col("width") == width))
         for (method,), h in g.group_by("method", maintain_order=True):
             h = h.filter(pl.col(metric).is_not_null()).sort("l0")
             ax.errorbar(h["l0"], h[metric], yerr=h[f"{metric}_std"].fill_null(0.0), marker="o",
@@ -139,7 +158,7 @@ def plot_frontier(board: pl.DataFrame, path: Path, metric: str, ylabel: str, log
             ax.set_yscale("log")
         ax.set_xlabel("L0 (active latents per token)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{source}, width {width}")
+        ax.set_title(f"{_title(source, hp)}, width {width}")
         ax.legend(fontsize=7)
     if not panels:
         axes[0].set_axis_off()
@@ -153,6 +172,9 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path, targets=TARGET_L0) -> d
     matched = matched_l0(board, targets)
     plots = {
         "fvu_vs_l0.png": lambda p: plot_frontier(board, p, "fvu", "FVU (held-out tokens)", True),
+        "loss_recovered_vs_l0.png": lambda p: plot_frontier(
+            board, p, "loss_recovered", "loss recovered (held-out tokens)", False
+        ),
         "dead_vs_l0.png": lambda p: plot_frontier(
             board, p, "dead_fraction", "dead fraction", False
         ),
@@ -170,6 +192,11 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
             lines.append(
                 f"{source:10s} m={width:<5d} #{r['rank']:<3d} {r['method']:22s} "
                 f"{r['setting']:24s} FVU {fmt(r['fvu'])} L0 {fmt(r['l0'])} "
-                f"dead {fmt(r['dead_fraction'])} MCC {fmt(r['mcc'])}"
+                f"dead {fmt(r['dead_fraction'])} "
+                + (
+                    f"LR {fmt(r['loss_recovered'])}"
+                    if r["loss_recovered"] is not None
+                    else f"MCC {fmt(r['mcc'])}"
+                )
             )
     return "\n".join(lines)

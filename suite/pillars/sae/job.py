@@ -6,53 +6,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from sparsebench.methods.sae import metrics
-from sparsebench.methods.sae.module import TrainConfig, input_scale, train_sae
-from sparsebench.methods.sae.synthetic import SyntheticConfig, sample, true_dictionary
+from sparsebench.methods.sae.module import TrainConfig, train_sae
 from sparsebench.suite.record import Diverged
 
-SOURCE_KINDS = ("synthetic",)
+from .sources import Activations
+
 RECOVERY_THRESHOLD = 0.9  # matched |cos| that counts a true feature as recovered
-
-
-@dataclass
-class Activations:
-    """One source's activations, scaled so that E‖x‖₂ = √d on the training tokens.
-
-    Attributes:
-        train, eval: (n, d) float32.
-        scale: the input scale applied.
-        dictionary: the true dictionary (n_features, d) for synthetic sources, else None.
-    """
-
-    kind: str
-    train: torch.Tensor
-    eval: torch.Tensor
-    scale: float
-    dictionary: torch.Tensor | None = None
-
-
-def synthetic_config(source: Mapping[str, Any]) -> SyntheticConfig:
-    keys = SyntheticConfig.__dataclass_fields__
-    return SyntheticConfig(**{k: v for k, v in source.items() if k in keys})
-
-
-def load_source(source: Mapping[str, Any], seed: int) -> Activations:
-    """Make the activations of one source for one seed. Raises ValueError on a bad source."""
-    kind = source["kind"]
-    if kind not in SOURCE_KINDS:
-        raise ValueError(f"unknown activation source kind {kind!r}; known: {SOURCE_KINDS}")
-    cfg = synthetic_config(source)
-    d = true_dictionary(cfg, seed)
-    x, _ = sample(cfg, source["train_tokens"] + source["eval_tokens"], seed, d)
-    train, held = x[: source["train_tokens"]], x[source["train_tokens"] :]
-    c = input_scale(train)
-    return Activations(kind, train * c, held * c, c, d)
+PROBE_K = (1, 2, 5)  # latents a sparse probe reads (SAEBench)
+PROBE_SEED = 0  # the held-out halves of the probes
 
 
 def evaluate(sae, acts: Activations, batch: int = 4096) -> dict[str, Any]:
@@ -85,7 +51,66 @@ def evaluate(sae, acts: Activations, batch: int = 4096) -> dict[str, Any]:
     if acts.dictionary is not None:
         out["mcc"] = metrics.mcc(sae.W_dec, acts.dictionary)
         out["recovery_rate"] = metrics.recovery_rate(sae.W_dec, acts.dictionary, RECOVERY_THRESHOLD)
+    if acts.model is not None:
+        out.update(splice_metrics(sae, acts))
+    if acts.probe_labels is not None:
+        out.update(probe_metrics(sae, acts))
     return out
+
+
+def splice_metrics(sae, acts: Activations) -> dict[str, float]:
+    """Loss recovered and its KL form: the SAE's reconstruction of the hookpoint activation
+    (in the model's units: x̂ / c of the scaled input c·a) spliced into the model's forward
+    pass on the held-out tokens, against the clean pass and zero-ablation of the hookpoint
+    (methods/sae/metrics.py: loss_recovered, kl_recovered)."""
+    c = acts.scale
+
+    def splice(a: torch.Tensor) -> torch.Tensor:
+        flat = a.reshape(-1, a.shape[-1]) * c
+        return (sae.decode(sae.encode(flat)) / c).reshape(a.shape)
+
+    ce_sae, kl_sae = acts.spliced(splice)
+    ref = acts.reference
+    return {
+        "ce_clean": ref["ce_clean"],
+        "ce_zero": ref["ce_zero"],
+        "ce_sae": ce_sae,
+        "kl_sae": kl_sae,
+        "loss_recovered": metrics.loss_recovered(ref["ce_clean"], ce_sae, ref["ce_zero"]),
+        "kl_recovered": metrics.kl_recovered(kl_sae, ref["kl_zero"]),
+    }
+
+
+def probe_metrics(sae, acts: Activations) -> dict[str, float | None]:
+    """Sparse probing (methods/sae/metrics.py: sparse_probe_accuracy) on the held-out tokens:
+    a fixed random half of the held-out groups (LM: whole context windows, so no probe is
+    tested on the neighbours of its training bytes; image: examples) trains each task's probe,
+    the other half tests it; the mean over the source's tasks (those with both classes in both
+    halves) of the balanced accuracy, per k."""
+    with torch.no_grad():
+        z = torch.cat([sae.encode(x) for x in acts.eval.split(4096)])
+    train = probe_split(acts)
+    y = acts.probe_labels.bool()
+    out: dict[str, float | None] = {}
+    for k in PROBE_K:
+        accs = []
+        for t in range(y.shape[1]):
+            ytr, yte = y[train, t], y[~train, t]
+            if ytr.all() or not ytr.any() or yte.all() or not yte.any():
+                continue
+            accs.append(metrics.sparse_probe_accuracy(z[train], ytr, z[~train], yte, k))
+        out[f"probe_acc_k{k}"] = sum(accs) / len(accs) if accs else None
+    return out
+
+
+def probe_split(acts: Activations) -> torch.Tensor:
+    """(n_eval,) bool: the held-out tokens that train the probes (the same for every cell)."""
+    n = acts.eval.shape[0]
+    size = acts.eval_inputs.shape[1] - 1 if acts.kind == "lm" else 1  # tokens per group
+    groups = torch.arange(n) // size
+    n_groups = int(groups[-1]) + 1
+    perm = torch.randperm(n_groups, generator=torch.Generator().manual_seed(PROBE_SEED))
+    return torch.isin(groups, perm[: n_groups // 2])
 
 
 def run_sae(info, params, acts: Activations, width: int, train: Mapping[str, Any], seed: int):

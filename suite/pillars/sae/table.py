@@ -10,7 +10,8 @@ from sparsebench.suite.schemas import CommonSchema
 # Columns of an SAE record besides the common ones; metrics on the source's held-out tokens.
 COLUMNS: dict[str, type] = {
     "activations": str,  # the activation source's name in the spec (sae.sources)
-    "activations_kind": str,  # "synthetic"
+    "activations_kind": str,  # "synthetic", "lm" or "image"
+    "hookpoint": str,  # lm, image: where the activations are read ("" for synthetic)
     "d_in": int,  # activation dimension d
     "width": int,  # SAE latents m
     "mse": float,  # E‖x − x̂‖² in the scaled space (E‖x‖₂ = √d)
@@ -21,6 +22,15 @@ COLUMNS: dict[str, type] = {
     "dense_fraction_1pct": float,  # latents firing on > 1 % of held-out tokens
     "dense_fraction_10pct": float,  # ... on > 10 %
     "shrinkage": float,  # γ = E‖x̂‖² / E⟨x̂, x⟩ (1: unbiased)
+    "ce_clean": float,  # lm, image: held-out cross-entropy of the model (nats per token)
+    "ce_zero": float,  # ... with the hookpoint zero-ablated
+    "ce_sae": float,  # ... with x̂ spliced in at the hookpoint
+    "kl_sae": float,  # mean KL(p_clean ‖ p_SAE) per token (nats)
+    "loss_recovered": float,  # (ce_zero − ce_sae) / (ce_zero − ce_clean)
+    "kl_recovered": float,  # (KL_zero − KL_SAE) / KL_zero
+    "probe_acc_k1": float,  # sparse probing, balanced accuracy with the top-1 latent
+    "probe_acc_k2": float,  # ... top-2
+    "probe_acc_k5": float,  # ... top-5
     "mcc": float,  # synthetic: mean matched |cos| of the decoder with the true dictionary
     "recovery_rate": float,  # synthetic: true features with matched |cos| >= 0.9
     "bipolar_fraction": float,  # latents firing with both signs (signed SAEs)
@@ -42,6 +52,11 @@ class SAESchema(CommonSchema):
     fvu: float = pa.Field(nullable=True)
     l0: float = pa.Field(ge=0.0, nullable=True)
     dead_fraction: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    loss_recovered: float = pa.Field(nullable=True)  # < 0 when worse than zero-ablation
+    kl_recovered: float = pa.Field(nullable=True)
+    probe_acc_k1: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    probe_acc_k2: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    probe_acc_k5: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     mcc: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     recovery_rate: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     train_flops: float = pa.Field(ge=0.0, nullable=True)

@@ -8,7 +8,8 @@ import torch
 
 from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.pillars.sae.board import _interp, leaderboard, matched_l0
-from sparsebench.suite.pillars.sae.job import evaluate, load_source
+from sparsebench.suite.pillars.sae.job import evaluate
+from sparsebench.suite.pillars.sae.sources import Activations, load
 from sparsebench.suite.spec import SpecError, validate
 
 PILLAR = get_pillar("sae")
@@ -25,9 +26,22 @@ def _spec(**section):
         ({"methods": {"relu": {}}}, r"sae\.methods.*'relu'.*topk"),
         ({"methods": {"topk": {"k": 64}}}, r"sae\.methods\.topk\.k: 64 exceeds the width 32"),
         ({"methods": {"topk": {"kk": 4}}}, r"sae\.methods\.topk.*unknown parameter 'kk'"),
-        ({"sources": {"s": {"kind": "lm"}}}, r"sae\.sources\.s\.kind.*synthetic"),
+        ({"sources": {"s": {"kind": "text"}}}, r"sae\.sources\.s\.kind.*synthetic"),
         ({"sources": {"s": {"kind": "synthetic", "n_bipolar": 99, "n_features": 8}}},
-         r"sae\.sources\.s: n_bipolar must be in \[0, n_features\]"),
+         r"sae\.sources\.s\.n_bipolar must be in \[0, n_features\]"),
+        ({"sources": {"s": {"kind": "lm", "hookpoint": "blocks.2.hook_resid_post"}}},
+         r"sae\.sources\.s\.hookpoint: 'blocks\.2\.hook_resid_post' is not a hookpoint .*"
+         r"available: blocks\.0\.hook_resid_post, .*blocks\.1\.hook_attn_out"),
+        ({"sources": {"s": {"kind": "image", "hookpoint": "fc3"}}},
+         r"sae\.sources\.s\.hookpoint: 'fc3' .* available: fc1\.hook_post, fc2\.hook_post"),
+        ({"sources": {"s": {"kind": "image", "hookpoint": "fc2.hook_post", "d": 3}}},
+         r"sae\.sources\.s\.d: not a key of a source of kind 'image'; allowed: kind, widths, "),
+        ({"sources": {"s": {"kind": "lm", "hookpoint": "blocks.0.hook_mlp_out",
+                            "model": {"width": 3}}}},
+         r"sae\.sources\.s\.model\.width: not a key of the lm model; allowed: d_model, "),
+        ({"sources": {"s": {"kind": "lm", "hookpoint": "blocks.0.hook_mlp_out",
+                            "model": {"d_model": 30}}}},
+         r"sae\.sources\.s\.model\.d_model \(30\) must be a multiple of model\.n_heads"),
         ({"train": {"steps": 0}}, r"sae\.train\.steps"),
         ({"widths": []}, r"sae\.widths"),
     ],
@@ -49,12 +63,12 @@ def test_cells_cover_sources_widths_settings_and_seeds():
 
 
 def test_activations_are_scaled_and_held_out_tokens_apart():
-    src = _spec().data["sae"]["sources"]["synthetic"]  # with the schema's defaults
-    acts = load_source(src, seed=0)
+    src = _spec().data["sae"]["sources"]["synthetic"]
+    acts = load(src, seed=0)
     assert acts.train.shape == (2048, 8) and acts.eval.shape == (512, 8)
     assert float(acts.train.norm(dim=1).mean()) == pytest.approx(8**0.5, rel=1e-5)
     assert acts.dictionary.shape == (32, 8)
-    again = load_source(src, seed=0)
+    again = load(src, seed=0)
     assert torch.equal(again.eval, acts.eval)
 
 
@@ -62,7 +76,6 @@ def test_evaluate_a_perfect_dictionary_sae_by_hand():
     """An SAE whose decoder is the true dictionary and whose encoder returns the true codes
     reconstructs exactly: FVU 0, MCC 1, L0 = the codes' own."""
     from sparsebench.methods.sae.synthetic import SyntheticConfig, sample, true_dictionary
-    from sparsebench.suite.pillars.sae.job import Activations
 
     cfg = SyntheticConfig(n_features=16, d=8, n_bipolar=2)
     d = true_dictionary(cfg, 0)
@@ -93,12 +106,15 @@ def test_matched_l0_interpolates_in_log_l0_and_never_extrapolates():
     assert _interp([4.0, 16.0], [0.4, 0.2], 32.0) is None
     runs = pl.DataFrame(
         {
-            "status": ["ok"] * 4, "activations": ["s"] * 4, "width": [32] * 4,
+            "status": ["ok"] * 4, "activations": ["s"] * 4, "hookpoint": [""] * 4,
+            "width": [32] * 4,
             "method": ["topk", "topk", "relu_l1", "relu_l1"],
             "setting": ["k=4", "k=16", "a", "b"], "seed": [0] * 4,
             "fvu": [0.4, 0.2, 0.5, 0.3], "l0": [4.0, 16.0, 2.0, 8.0],
             **{c: [0.0] * 4 for c in ("dead_fraction", "mcc", "recovery_rate", "bipolar_fraction",
-                                      "shrinkage", "train_flops", "train_s")},
+                                      "shrinkage", "train_flops", "train_s", "loss_recovered",
+                                      "kl_recovered", "probe_acc_k1", "probe_acc_k2",
+                                      "probe_acc_k5")},
         }
     )  # fmt: skip
     board = leaderboard(runs)
