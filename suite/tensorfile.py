@@ -41,12 +41,13 @@ def save(
 
 
 def load(
-    tensor_path: str | Path, meta_path: str | Path, how_to_make: str
+    tensor_path: str | Path, meta_path: str | Path, how_to_make: str, what: str = "artefact"
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """(tensors, meta). Raises FileNotFoundError naming the missing file and ``how_to_make``."""
+    """(tensors, meta). Raises FileNotFoundError naming ``what``, the missing file and
+    ``how_to_make``."""
     from safetensors.torch import load_file
 
     for p in (tensor_path, meta_path):
         if not Path(p).is_file():
-            raise FileNotFoundError(f"missing artefact file {p}; {how_to_make}")
+            raise FileNotFoundError(f"missing {what} {p}; {how_to_make}")
     return load_file(str(tensor_path)), json.loads(Path(meta_path).read_text())

@@ -107,6 +107,7 @@ def load(artefact_id: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         *files(artefact_id),
         f"it is made by the Snakemake workflow (snakemake --cores N --configfile SPEC) or "
         f"`sparsebench build merging --artefact {artefact_id} --spec SPEC`",
+        "merging artefact",
     )
 
 

@@ -286,7 +286,7 @@ def _with_eval(src: Source, n: int) -> Source:
 
 def load_model(src: Source) -> torch.nn.Module:
     """The trained model of ``src`` (eval mode), from its safetensors (no unpickling)."""
-    state, _ = tensorfile.load(*files(model_id(src)), _how(model_id(src)))
+    state, _ = tensorfile.load(*files(model_id(src)), _how(model_id(src)), "SAE artefact")
     if src.kind == "lm":
         model: torch.nn.Module = TinyLM(src.model)
     else:
@@ -364,7 +364,7 @@ def load(raw: Mapping[str, Any] | Source, seed: int) -> Activations:
         c = input_scale(train)
         return Activations("synthetic", train * c, held * c, c, d)
     aid = acts_id(src)
-    t, meta = tensorfile.load(*files(aid), _how(aid))
+    t, meta = tensorfile.load(*files(aid), _how(aid), "SAE artefact")
     c = input_scale(t["train"])
     acts = Activations(
         src.kind, t["train"] * c, t["eval"] * c, c, None, load_model(src), src.hookpoint,
