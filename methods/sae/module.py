@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from .base import SparseAutoencoder, TrainState
 
@@ -135,15 +135,14 @@ def train_sae(
     cfg.validate()
     if x.dim() != 2 or x.shape[1] != sae.d_in or x.shape[0] == 0:
         raise ValueError(f"activations must be (n, {sae.d_in}) with n >= 1, got {tuple(x.shape)}")
+    from sparsebench.suite.data import batch_loader
     from sparsebench.suite.job import quiet_lightning
 
     quiet_lightning()
     pl.seed_everything(seed, workers=True, verbose=False)
     module = SAEModule(sae, cfg)
     g = torch.Generator().manual_seed(int(seed))
-    loader = DataLoader(
-        TensorDataset(x), batch_size=min(cfg.batch_size, x.shape[0]), shuffle=True, generator=g
-    )
+    loader = batch_loader(TensorDataset(x), min(cfg.batch_size, x.shape[0]), g)
     trainer = pl.Trainer(
         max_steps=cfg.steps,
         max_epochs=-1,

@@ -54,7 +54,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader
 
-    from sparsebench.suite.data import load_dataset
+    from sparsebench.suite.data import batch_loader, load_dataset
     from sparsebench.suite.flops import TrainFlopsCounter, layer_flops, sparse_forward_flops
     from sparsebench.suite.models import build_model
 
@@ -74,9 +74,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     model = build_model(task["model"], data.input_shape, data.num_classes)
 
     loader_gen = torch.Generator().manual_seed(seed)
-    train_loader = DataLoader(
-        data.train, batch_size=recipe["batch_size"], shuffle=True, generator=loader_gen
-    )
+    train_loader = batch_loader(data.train, recipe["batch_size"], loader_gen)
     eval_bs = recipe["eval_batch_size"]
     val_loader = DataLoader(data.val, batch_size=eval_bs)
     test_loader = DataLoader(data.test, batch_size=eval_bs)

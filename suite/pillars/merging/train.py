@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from sparsebench.suite.data import batch_loader
 from sparsebench.suite.record import Diverged
 
 from .config import Recipe, TrunkConfig
@@ -126,7 +127,7 @@ def _loader(sets: Sequence[TensorDataset], batch_size: int, seed: int) -> DataLo
         ts.append(torch.full_like(y, i))
     data = TensorDataset(torch.cat(xs), torch.cat(ys), torch.cat(ts))
     g = torch.Generator().manual_seed(seed)
-    return DataLoader(data, batch_size=batch_size, shuffle=True, generator=g, drop_last=False)
+    return batch_loader(data, batch_size, g)
 
 
 def _fit(module: TrunkModule, loader: DataLoader, epochs: int) -> None:

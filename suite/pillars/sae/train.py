@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from sparsebench.suite.data import batch_loader
 from sparsebench.suite.record import Diverged
 
 from .models import HookedLeNet300100, ImageConfig, LMConfig, TinyLM
@@ -121,7 +122,7 @@ def train_image(cfg: ImageConfig, train: TensorDataset, num_classes: int):
     x, _ = train.tensors
     model = HookedLeNet300100(x[0].numel(), num_classes)
     g = torch.Generator().manual_seed(cfg.seed)
-    loader = DataLoader(train, batch_size=cfg.batch_size, shuffle=True, generator=g)
+    loader = batch_loader(train, cfg.batch_size, g)
     total = cfg.epochs * len(loader)
 
     def opt(m: nn.Module):
