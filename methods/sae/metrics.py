@@ -132,18 +132,18 @@ def shrinkage(x: torch.Tensor, x_hat: torch.Tensor) -> float:
     return float(xh.pow(2).sum(-1).mean() / (xh * x64).sum(-1).mean())
 
 
-def loss_recovered(ce_clean: float, ce_sae: float, ce_zero: float) -> float:
+def loss_recovered(ce_clean: float, ce_sae: float, ce_zero: float) -> float | None:
     """(CE_zero-ablation − CE_SAE) / (CE_zero-ablation − CE_clean): 1 when splicing x̂ into the
     forward pass costs nothing, 0 when it is as bad as zeroing the hookpoint (Bricken et al.
-    2023; SAEBench's "CE loss score")."""
+    2023; SAEBench's "CE loss score"); None when zero-ablation costs nothing (undefined)."""
     den = ce_zero - ce_clean
-    return (ce_zero - ce_sae) / den if den != 0 else float("nan")
+    return (ce_zero - ce_sae) / den if den != 0 else None
 
 
-def kl_recovered(kl_sae: float, kl_zero: float) -> float:
+def kl_recovered(kl_sae: float, kl_zero: float) -> float | None:
     """(KL_zero − KL_SAE) / KL_zero, with KL the mean over tokens of KL(p_clean ‖ p_spliced) of
-    the next-token distributions (SAEBench's "KL divergence score")."""
-    return (kl_zero - kl_sae) / kl_zero if kl_zero != 0 else float("nan")
+    the next-token distributions (SAEBench's "KL divergence score"); None when KL_zero = 0."""
+    return (kl_zero - kl_sae) / kl_zero if kl_zero != 0 else None
 
 
 def _unit_rows(w: torch.Tensor) -> torch.Tensor:

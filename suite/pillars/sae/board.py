@@ -43,9 +43,9 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def matched_l0(board: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
-    """Per (source, width, method) and target L0: FVU, dead fraction and MCC interpolated
-    between the two settings whose mean L0 bracket the target (linear in log L0); null when
-    the sweep does not reach the target (no extrapolation)."""
+    """Per (source, width, method) and target L0: FVU, loss recovered, dead fraction and MCC
+    interpolated between the two settings whose mean L0 bracket the target (linear in log L0);
+    null when the sweep does not reach the target (no extrapolation)."""
     rows = []
     if board.is_empty():
         return pl.DataFrame()

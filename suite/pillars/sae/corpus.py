@@ -3,12 +3,15 @@ that runs the suite, read as ASCII bytes (vocabulary 128), with per-byte labels 
 probing from Python's own tokenizer.
 
 Corpus (ours): every ASCII-only ``*.py`` under ``sysconfig``'s stdlib folder, except the
-``site-packages``, ``test``/``tests``, ``idlelib`` and ``lib2to3`` trees, in sorted order of the
-path relative to that folder. A file belongs to the **test** split when the first byte of the
-SHA-1 of its relative path is below 26 (about 10 %), else to **train**: a split by file, so no
-held-out token's file was seen in training. Each split is the concatenation of its files, cut at
-the requested number of bytes. The stdlib differs between Python versions, so the version is
-part of every artefact's identity (:func:`identity`).
+``site-packages``, ``test``/``tests``, ``idlelib`` and ``lib2to3`` trees, ordered by the SHA-1
+of the path relative to that folder (a fixed shuffle: a prefix of the train split samples the
+whole library, not the modules from ``__future__`` to ``distutils``). A file belongs to the
+**test** split when the first byte of that SHA-1 is below 26 (about 10 %), else to **train**: a
+split by file, so no held-out token's file was seen in training. Each split is the
+concatenation of its files in that order, cut at the requested number of bytes. The stdlib
+differs between Python versions, so the version is part of every artefact's identity
+(:func:`identity`); so do the labels (3.12 tokenizes f-strings into parts; soft keywords such
+as ``match`` are not labelled).
 
 Labels (one column per task in :data:`TASKS`, 1 where the byte lies inside a token of that
 kind, by :mod:`tokenize`): ``comment`` (a ``#`` comment), ``string`` (a string literal,
@@ -42,21 +45,26 @@ def stdlib_root() -> Path:
 
 def identity() -> dict[str, str]:
     """What the corpus depends on: the Python version whose stdlib it reads."""
-    return {"python": platform.python_version(), "corpus": "stdlib-py-ascii-v1"}
+    return {"python": platform.python_version(), "corpus": "stdlib-py-ascii-v2"}
+
+
+def _digest(rel: str) -> bytes:
+    return hashlib.sha1(rel.encode()).digest()
 
 
 def split_of(rel: str) -> str:
-    return "test" if hashlib.sha1(rel.encode()).digest()[0] < TEST_BELOW else "train"
+    return "test" if _digest(rel)[0] < TEST_BELOW else "train"
 
 
 def _files() -> list[tuple[str, Path]]:
+    """(relative path, path) of the corpus files, in SHA-1 order of the relative path."""
     root = stdlib_root()
     out = []
     for f in root.rglob("*.py"):
         rel = f.relative_to(root)
         if not EXCLUDED.intersection(rel.parts[:-1]):
             out.append((rel.as_posix(), f))
-    return sorted(out)
+    return sorted(out, key=lambda item: _digest(item[0]))
 
 
 _STRING_TYPES = {tokenize.STRING} | {

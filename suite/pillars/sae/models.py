@@ -71,6 +71,9 @@ class LMConfig:
             )
         if self.lr <= 0:
             raise ValueError(f"model.lr must be > 0, got {self.lr}")
+        for name in ("weight_decay", "warmup"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"model.{name} must be >= 0, got {getattr(self, name)}")
         if self.corpus_bytes <= self.ctx + 1:
             raise ValueError(f"model.corpus_bytes must exceed ctx + 1, got {self.corpus_bytes}")
 

@@ -6,8 +6,9 @@ Three kinds (``sae.sources.<name>.kind``):
   the job (seconds), one draw per seed;
 * ``lm``: the suite's byte-level language model (:class:`.models.TinyLM`) trained on the stdlib
   corpus (:mod:`.corpus`), activations at ``hookpoint``: SAE training tokens from random windows
-  of the train split, held-out tokens from the first windows of the test split (files never
-  trained on), with the windows kept so that the job can splice x̂ back in (loss recovered);
+  of the train split, held-out tokens from windows evenly spaced over the test split (files
+  never trained on; ⌈eval_tokens / ctx⌉ whole windows, so the count is rounded up to a
+  multiple of ctx), with the windows kept so that the job can splice x̂ back in;
 * ``image``: LeNet-300-100 trained on ``model.dataset``; training tokens are the train split's
   images, held-out tokens the test split's, at ``hookpoint``.
 
@@ -20,8 +21,9 @@ by every benchmark that asks for the same ones):
 ``<h>`` hashes the model config (and, for the LM, the Python version whose stdlib it read),
 ``<t>`` the token counts. ``acts.safetensors`` holds ``train`` (n_train, d) and ``eval``
 (n_eval, d) float32, ``eval_inputs`` (LM: (windows, ctx + 1) int64 bytes; image: (n, 1, 28, 28)
-float32) and ``eval_targets`` (image labels), ``probe_labels`` (n_eval, tasks) uint8; meta.json
-the token counts, the probe task names and the model's held-out loss. The SAE seeds vary the
+float32) and ``eval_targets`` (image labels), ``probe_labels`` (n_eval, tasks) uint8; its
+meta.json the token counts and the probe task names; the model's meta.json its training time
+and held-out loss (LM: on 16,384 test-split tokens) or test accuracy. The SAE seeds vary the
 SAE's initialisation and token order; the model is trained once (``model.seed``).
 """
 
@@ -339,6 +341,10 @@ class Activations:
         """(mean cross-entropy, mean KL(p_clean ‖ p_spliced)) in nats per held-out token when
         the hookpoint activation a (model units) is replaced by ``fn(a)``; ``fn=None``: clean."""
         hooks = {self.hookpoint: fn} if fn is not None else None
+        if fn is None:
+            self._clean_logp.clear()  # the clean pass (re)fills the reference of the KL
+        elif not self._clean_logp:
+            raise RuntimeError("Activations.spliced: run the clean pass (fn=None) first")
         ce_sum, kl_sum, n = 0.0, 0.0, 0
         for i, (x, y) in enumerate(self._chunks()):
             logp = F.log_softmax(self.model(x, hooks).float(), -1)
@@ -346,8 +352,9 @@ class Activations:
             if fn is None:
                 self._clean_logp.append(logp)
             ce_sum += float(F.nll_loss(logp, y, reduction="sum"))
+            # KL(p_clean ‖ p_spliced), finite where a clean probability underflows to 0
             ref = self._clean_logp[i]
-            kl_sum += float((ref.exp() * (ref - logp)).sum())
+            kl_sum += float(F.kl_div(logp, ref, reduction="sum", log_target=True))
             n += y.numel()
         return ce_sum / n, kl_sum / n
 

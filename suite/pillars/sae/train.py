@@ -73,7 +73,7 @@ class Windows(Dataset):
 
 def random_offsets(n_bytes: int, ctx: int, count: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(int(seed))
-    return torch.randint(0, n_bytes - ctx - 1, (count,), generator=g)
+    return torch.randint(0, n_bytes - ctx, (count,), generator=g)  # windows of ctx + 1 bytes
 
 
 def lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:

@@ -67,6 +67,8 @@ def test_loss_and_kl_recovered():
     assert metrics.loss_recovered(ce_clean=2.0, ce_sae=2.5, ce_zero=7.0) == pytest.approx(0.9)
     assert metrics.loss_recovered(2.0, 2.0, 7.0) == 1.0
     assert metrics.kl_recovered(kl_sae=0.5, kl_zero=2.0) == pytest.approx(0.75)
+    assert metrics.loss_recovered(2.0, 2.5, 2.0) is None  # zero-ablation costs nothing
+    assert metrics.kl_recovered(0.0, 0.0) is None
 
 
 def test_mcc_of_the_true_dictionary_is_one_up_to_sign_and_order():

@@ -137,3 +137,14 @@ def test_probe_halves_split_whole_windows(lm_acts):
     assert int(train.sum()) == 128  # 8 of the 16 windows
     per_window = train.view(16, 16)
     assert bool((per_window.all(1) | ~per_window.any(1)).all())  # never split inside a window
+
+
+def test_a_spliced_pass_needs_the_clean_pass_first(lm_acts):
+    from dataclasses import replace
+
+    _, acts = lm_acts
+    fresh = replace(acts, _clean_logp=[])
+    with pytest.raises(RuntimeError, match="clean pass"):
+        fresh.spliced(torch.zeros_like)
+    ce, kl = fresh.spliced(None)
+    assert ce == pytest.approx(acts.reference["ce_clean"]) and kl == pytest.approx(0.0, abs=1e-6)
