@@ -85,8 +85,19 @@ class SAEPillar(Pillar):
         return frag
 
     def check(self, spec: Spec) -> None:
+        from sparsebench.suite.data import check_available
+
         sec, src = spec.data["sae"], spec.source
         smallest = min(min(source(spec, name).widths or sec["widths"]) for name in sec["sources"])
+        for name in sec["sources"]:
+            s = source(spec, name)
+            if s.kind == "image":
+                try:
+                    check_available(
+                        s.model.dataset, spec.data["data_root"], spec.data["allow_download"]
+                    )
+                except FileNotFoundError as e:
+                    raise SpecError(f"{src}: sae.sources.{name}.model.dataset: {e}") from None
         for method in sec["methods"]:
             for s in settings(spec, method):  # every Params built: names and types checked
                 k = getattr(s.params, "k", None)

@@ -147,12 +147,14 @@ def plot_frontier(board: pl.DataFrame, path: Path, metric: str, ylabel: str, log
         else []
     )
     plt, fig, axes = _figure(len(panels))
+    methods = sorted(board["method"].unique().to_list()) if board.height else []
+    color = {m: f"C{i % 10}" for i, m in enumerate(methods)}  # one colour per method throughout
     for ax, (source, hp, width) in zip(axes, panels):
         g = have.filter((pl.col("activations") == source) & (pl.col("width") == width))
         for (method,), h in g.group_by("method", maintain_order=True):
             h = h.filter(pl.col(metric).is_not_null()).sort("l0")
             ax.errorbar(h["l0"], h[metric], yerr=h[f"{metric}_std"].fill_null(0.0), marker="o",
-                        capsize=2, label=method)  # fmt: skip
+                        capsize=2, label=method, color=color[method])  # fmt: skip
         ax.set_xscale("log")
         if log_y:
             ax.set_yscale("log")

@@ -164,8 +164,12 @@ class ImageConfig:
             raise ValueError(
                 f"model.dataset: unknown {self.dataset!r}; allowed: {sorted(DATASET_INFO)}"
             )
-        if DATASET_INFO[self.dataset].input_shape[1:] != (28, 28):
-            raise ValueError(f"model.dataset: {self.dataset!r} is not 28×28 (LeNet-300-100)")
+        ok = sorted(n for n, i in DATASET_INFO.items() if i.input_shape == (1, 28, 28))
+        if self.dataset not in ok:
+            raise ValueError(
+                f"model.dataset: {self.dataset!r} is not 1×28×28 (LeNet-300-100); allowed: "
+                f"{', '.join(ok)}"
+            )
         for name in ("epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")

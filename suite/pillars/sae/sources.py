@@ -122,14 +122,39 @@ def resolve(raw: Mapping[str, Any]) -> Source:
     model = cls(**model_raw)
     model.validate()
     hp = raw.get("hookpoint")
+    if hp is None:
+        raise ValueError(
+            f"hookpoint: missing; a {kind} source reads one of: {', '.join(model.hookpoints())}"
+        )
     if hp not in model.hookpoints():
         raise ValueError(
             f"hookpoint: {hp!r} is not a hookpoint of this {kind} model; available: "
             f"{', '.join(model.hookpoints())}"
         )
-    if kind == "lm" and tokens["train_tokens"] < model.ctx:
-        raise ValueError(f"train_tokens must be >= model.ctx ({model.ctx})")
+    if kind == "lm":
+        _check_corpus(model, tokens)
     return Source(kind, hp, model, None, widths=widths, **tokens)
+
+
+def _check_corpus(model: LMConfig, tokens: Mapping[str, int]) -> None:
+    """The corpus holds what an lm source asks for (cheap: file sizes, no tokenizing)."""
+    if tokens["train_tokens"] < model.ctx:
+        raise ValueError(f"train_tokens must be >= model.ctx ({model.ctx})")
+    train = corpus.size("train")
+    if model.corpus_bytes > train:
+        raise ValueError(
+            f"model.corpus_bytes: {model.corpus_bytes} exceeds the stdlib train split "
+            f"({train} bytes on Python {corpus.identity()['python']}); allowed: at most {train}"
+        )
+    windows = math.ceil(tokens["eval_tokens"] / model.ctx)
+    test = corpus.size("test")
+    if windows * (model.ctx + 1) > test - 1:
+        most = (test - 1) // (model.ctx + 1) * model.ctx
+        raise ValueError(
+            f"eval_tokens: {tokens['eval_tokens']} held-out tokens need {windows} windows of "
+            f"{model.ctx + 1} bytes; the stdlib test split has {test} bytes: allowed at most "
+            f"{most}"
+        )
 
 
 # ------------------------------------------------------------------ artefact ids and files

@@ -1,9 +1,8 @@
 """Optional cross-check against SAELens (skipped unless ``sae_lens`` imports): the same TopK and
 JumpReLU weights and inputs give the same encodings and reconstructions, and our explained
-variance equals SAELens' streaming one. Install the oracle into its own folder (docs/sae.md):
-
-    pip install --target /tmp/saelens sae-lens==6.54.12   # in a venv that already has torch
-    PYTHONPATH=/tmp/saelens make test
+variance equals SAELens' streaming one. Install the oracle into its own folder with the
+command in docs/sae.md ("Cross-check against SAELens"), then
+``PYTHONPATH=/tmp/saelens .venv/bin/python -m pytest tests/methods/sae/test_saelens_oracle.py``.
 
 SAELens 6.54.12 reports two EVs: ``explained_variance`` (ExplainedVarianceCalculator, about the
 mean over all tokens: issue #659's fix, equal to ours) and ``explained_variance_legacy`` (a mean

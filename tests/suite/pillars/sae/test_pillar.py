@@ -17,7 +17,8 @@ PILLAR = get_pillar("sae")
 
 def _spec(**section):
     base = PILLAR.example()["sae"]
-    return validate({"benchmark": "s", "sae": {**base, **section}}, source="s.yaml")
+    data = {"benchmark": "s", "data_root": "/nonexistent-data", "sae": {**base, **section}}
+    return validate(data, source="s.yaml")
 
 
 @pytest.mark.parametrize(
@@ -42,6 +43,20 @@ def _spec(**section):
         ({"sources": {"s": {"kind": "lm", "hookpoint": "blocks.0.hook_mlp_out",
                             "model": {"d_model": 30}}}},
          r"sae\.sources\.s\.model\.d_model \(30\) must be a multiple of model\.n_heads"),
+        ({"sources": {"s": {"kind": "lm"}}},
+         r"sae\.sources\.s\.hookpoint: missing; a lm source reads one of: blocks\.0\.hook_"),
+        ({"sources": {"s": {"kind": "lm", "hookpoint": "blocks.0.hook_mlp_out",
+                            "eval_tokens": 10_000_000}}},
+         r"sae\.sources\.s\.eval_tokens: 10000000 held-out tokens .* allowed at most \d+"),
+        ({"sources": {"s": {"kind": "lm", "hookpoint": "blocks.0.hook_mlp_out",
+                            "model": {"corpus_bytes": 10**9}}}},
+         r"sae\.sources\.s\.model\.corpus_bytes: 1000000000 exceeds the stdlib train split"),
+        ({"sources": {"s": {"kind": "image", "hookpoint": "fc1.hook_post",
+                            "model": {"dataset": "cifar10"}}}},
+         r"sae\.sources\.s\.model\.dataset: 'cifar10' is not 1×28×28 .* allowed: .*mnist5k"),
+        ({"sources": {"s": {"kind": "image", "hookpoint": "fc1.hook_post",
+                            "model": {"dataset": "mnist"}}}},
+         r"sae\.sources\.s\.model\.dataset: .*mnist"),
         ({"train": {"steps": 0}}, r"sae\.train\.steps"),
         ({"widths": []}, r"sae\.widths"),
     ],
