@@ -119,10 +119,10 @@ class SAEPillar(Pillar):
         sources.build(artefact, spec.data["data_root"])
 
     def cells(self, spec: Spec) -> list[Cell]:
-        sec = spec.data["sae"]
-        out = []
         from . import sources
 
+        sec = spec.data["sae"]
+        out = []
         for name in sec["sources"]:
             src = source(spec, name)
             for seed in sec["seeds"]:

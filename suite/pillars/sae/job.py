@@ -1,6 +1,6 @@
 """One cell of the SAE pillar: (source, width, architecture setting, seed) -> a trained SAE ->
 its metrics on the source's held-out tokens. Cells of one (source, seed) share a process and
-the activations, made once (:func:`load_source`)."""
+the activations, made once (:func:`.sources.load`)."""
 
 from __future__ import annotations
 
