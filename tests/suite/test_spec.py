@@ -44,8 +44,8 @@ def test_default_spec_is_valid_and_expands():
     spec = load(DEFAULT_SPEC)
     assert spec.pillars == ("classification", "hessian", "kernels", "merging", "sae")
     cells = spec.cells("classification")
-    # (6 sparse methods + a second SET setting) x 4 sparsities x 3 seeds + dense x 3 seeds
-    assert len(cells) == 7 * 4 * 3 + 3
+    # (6 sparse methods + a second SET setting) x 3 sparsities x 3 seeds + dense x 3 seeds
+    assert len(cells) == 7 * 3 * 3 + 3
     every = spec.cells()
     # the hessian, kernels, merging (3 references + 5 methods, one seed) and SAE slices
     assert len(every) == len(cells) + 16 + 3 + 8 + 6
