@@ -91,6 +91,14 @@ def build_directory() -> Path:
     return Path(root) / f"{EXTENSION_NAME}_{tag}_{key.hexdigest()[:12]}"
 
 
+def module_name(build_dir: Path) -> str:
+    """The extension's module name for ``build_dir``: unique per build folder. torch's JIT
+    versioner renames an extension (``name_v1``, ...) and recompiles it when one process loads
+    the same name with other arguments (another folder, another compiler), and the renamed
+    build then overwrites the shared cache's ``build.ninja``: every later process recompiled."""
+    return f"{EXTENSION_NAME}_{build_dir.name.rsplit('_', 1)[-1]}"
+
+
 def is_loaded() -> bool:
     """Whether the extension is already imported in this process."""
     return _module is not None
@@ -126,7 +134,7 @@ def load_extension(verbose: bool = False) -> ModuleType:
         build_dir.mkdir(parents=True, exist_ok=True)
         try:
             _module = load(
-                name=EXTENSION_NAME,
+                name=module_name(build_dir),
                 sources=[str(source_path())],
                 extra_cflags=list(CFLAGS),
                 extra_ldflags=list(LDFLAGS),

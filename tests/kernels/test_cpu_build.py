@@ -38,3 +38,24 @@ def test_failed_build_names_the_log(monkeypatch, tmp_path: Path) -> None:
     assert "build.log" in msg and str(tmp_path / "ext") in msg
     log = Path(msg.split("full compiler output: ")[1].split(")")[0])
     assert log.is_file()
+
+
+def test_another_build_folder_does_not_rename_the_cached_build(monkeypatch, tmp_path) -> None:
+    """A load with other arguments in the same process (the failed build above) must not make
+    torch's versioner rename the real extension to ``..._v1``: the rename recompiled the
+    shared cache in every process that followed (a minute each in `make test`)."""
+    fake = tmp_path / "fake-c++"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    with monkeypatch.context() as m:
+        m.setenv("CXX", str(fake))
+        m.setenv("SPARSEBENCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+        m.setattr(_cpu_build, "_module", None)
+        with pytest.raises(RuntimeError):
+            _cpu_build.load_extension()
+        fake_name = _cpu_build.module_name(_cpu_build.build_directory())
+    monkeypatch.setattr(_cpu_build, "_module", None)
+    module = _cpu_build.load_extension()
+    real = _cpu_build.build_directory()
+    assert module.__name__ == _cpu_build.module_name(real) != fake_name
+    assert not list(real.glob("*_v[0-9]*.so"))
