@@ -1,6 +1,6 @@
 """Dataset registry: every dataset the suite trains on, loaded without internet access.
 
-Two families (see DESIGN.md, "Data without internet"):
+Three families (see DESIGN.md, "Data without internet"):
 
 * Package-shipped real data, built once into an HF ``datasets`` Arrow cache under
   ``<data_root>/hf_cache`` and memory-mapped from there on every later load:
@@ -28,6 +28,22 @@ Two families (see DESIGN.md, "Data without internet"):
   official train set (MNIST/Fashion-MNIST 54,000 / 6,000 / 10,000; CIFAR 45,000 / 5,000 /
   10,000). Inputs are normalised per channel with the customary full-train-set statistics in
   `_TORCHVISION`. Missing files raise `DatasetNotFoundError` naming the path, never a fallback.
+
+* Generated synthetic data, made in memory from a fixed seed (no files, no cache; well under a
+  second):
+
+  ========  =============================================  ===========  ====================
+  name      construction                                   input shape  train / val / test
+  ========  =============================================  ===========  ====================
+  wide1k    1,000 classes, sparse class prototypes plus    (256,)       20,000 / 2,000 / 5,000
+            Gaussian noise (an extreme-classification                   (20 / 2 / 5 per class)
+            stand-in with a wide output layer); see
+            `make_wide1k`
+  ========  =============================================  ===========  ====================
+
+  The examples are fixed by ``_WIDE1K_SEED``; ``split_seed`` only picks the stratified split
+  (`_three_way`), and inputs are standardised with the train split's scalar mean/std, as for
+  mnist5k.
 """
 
 from __future__ import annotations
@@ -267,6 +283,48 @@ def _load_mnist1d(data_root: Path, allow_download: bool, split_seed: int) -> Dat
     )
 
 
+# --------------------------------------------------------------------------- generated
+
+_WIDE1K_SEED = 1000  # fixes wide1k's examples (not its split: that is split_seed)
+_WIDE1K_CLASSES, _WIDE1K_DIM, _WIDE1K_PER_CLASS = 1000, 256, 27  # 27 = 20 train + 2 val + 5 test
+_WIDE1K_SUPPORT, _WIDE1K_NOISE = 32, 0.8
+
+
+def make_wide1k() -> tuple[np.ndarray, np.ndarray]:
+    """The 27,000 wide1k examples before splitting: ``x`` float32 (27000, 256), ``y`` int64
+    (27000,) with exactly 27 examples per class, in shuffled order. Deterministic: everything
+    is drawn from ``np.random.default_rng(_WIDE1K_SEED)``.
+
+    Construction (ours): each of the 1,000 classes has a sparse prototype ``mu_c`` in R^256
+    with 32 nonzero coordinates on a uniformly random support, their values N(0, 1); an
+    example of class c is ``mu_c + 0.8 * N(0, I_256)``. The noise level makes the task
+    learnable but far from solved at 20 training examples per class: dense LeNet-300-100 (SGD
+    lr 0.05, momentum 0.9, batch 64, cosine schedule, 10 epochs) reaches about 55 % test
+    accuracy (chance 0.1 %) at 100 % train accuracy, so capacity and where it goes matter.
+    About 0.2 s and 60 MB peak.
+    """
+    rng = np.random.default_rng(_WIDE1K_SEED)
+    c, d, s = _WIDE1K_CLASSES, _WIDE1K_DIM, _WIDE1K_SUPPORT
+    mu = np.zeros((c, d), dtype=np.float32)
+    support = np.argsort(rng.random((c, d)), axis=1)[:, :s]  # s distinct coordinates per class
+    np.put_along_axis(mu, support, rng.standard_normal((c, s), dtype=np.float32), axis=1)
+    y = rng.permutation(np.repeat(np.arange(c, dtype=np.int64), _WIDE1K_PER_CLASS))
+    x = mu[y]
+    x += _WIDE1K_NOISE * rng.standard_normal(x.shape, dtype=np.float32)
+    return x, y
+
+
+def _load_wide1k(data_root: Path, allow_download: bool, split_seed: int) -> DataSplits:
+    """wide1k (see `make_wide1k`): 1,000 classes, inputs (256,), split 20,000 / 2,000 / 5,000
+    stratified (exactly 20 / 2 / 5 per class) and standardised with the train statistics.
+    ``data_root`` and ``allow_download`` are unused: nothing is read or written."""
+    x, y = make_wide1k()
+    idx = _three_way(y, n_val=2_000, n_test=5_000, seed=split_seed)
+    return _standardised_splits(
+        "wide1k", torch.from_numpy(x), torch.from_numpy(y), idx, num_classes=_WIDE1K_CLASSES
+    )
+
+
 # --------------------------------------------------------------------------- torchvision
 
 
@@ -411,6 +469,7 @@ DATASETS: dict[str, Loader] = {
     "mnist5k": _load_mnist5k,
     "digits": _load_digits,
     "mnist1d": _load_mnist1d,
+    "wide1k": _load_wide1k,
     **{name: _torchvision_loader(name) for name in _TORCHVISION},
 }
 
@@ -428,6 +487,7 @@ DATASET_INFO: dict[str, DatasetInfo] = {
     "mnist5k": DatasetInfo((1, 28, 28), 10, 3_500),
     "digits": DatasetInfo((1, 8, 8), 10, 1_257),
     "mnist1d": DatasetInfo((40,), 10, 3_500),
+    "wide1k": DatasetInfo((256,), 1000, 20_000),
     "mnist": DatasetInfo((1, 28, 28), 10, 54_000),
     "fashion_mnist": DatasetInfo((1, 28, 28), 10, 54_000),
     "cifar10": DatasetInfo((3, 32, 32), 10, 45_000),
@@ -441,8 +501,9 @@ def load_dataset(
     """Load dataset ``name`` as train/val/test tensor datasets.
 
     ``data_root`` holds the torchvision files and the HF Arrow cache (``hf_cache/``).
-    ``allow_download`` is only consulted by the torchvision datasets; the package-shipped ones
-    never download. ``split_seed`` picks the stratified val/test split (0 is the documented one).
+    ``allow_download`` is only consulted by the torchvision datasets; the package-shipped and
+    generated ones never download. ``split_seed`` picks the stratified val/test split (0 is the
+    documented one).
     Raises ``ValueError`` for an unknown name, ``DatasetNotFoundError`` for missing files.
     """
     if name not in DATASETS:

@@ -28,6 +28,8 @@ from torch import nn
 
 PRUNABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d)
 DISTRIBUTIONS = ("erk", "uniform")
+# Pruning methods may also rank all layers jointly (one global threshold).
+ALLOCATIONS = (*DISTRIBUTIONS, "global")
 
 
 def prunable_layers(model: nn.Module) -> dict[str, nn.Module]:
@@ -149,6 +151,12 @@ class MaskStore:
         self.masks: dict[str, torch.Tensor | None] = dict.fromkeys(self.layers)
         self.capture_dense_grads = False
         self.dense_grads: dict[str, torch.Tensor] = {}
+        # Optimizer step at which each connection last became active (-1: active since the
+        # start); ``step`` is kept current by the pillar's FLOPs callback. See trained_density.
+        self.step = 0
+        self.active_since: dict[str, torch.Tensor] = {
+            n: torch.full(m.weight.shape, -1, dtype=torch.int32) for n, m in self.layers.items()
+        }
         self._optimizers: list[torch.optim.Optimizer] = []
         self._hooks = [
             layer.weight.register_hook(self._grad_hook(name)) for name, layer in self.layers.items()
@@ -216,6 +224,8 @@ class MaskStore:
             changed |= reset.to(changed.device)
         if changed.any():
             self._reset_optimizer_state(w, changed)
+            born = (changed & new_b).cpu()
+            self.active_since[name][born] = self.step
 
     def set_masks(self, masks: Mapping[str, torch.Tensor | None]) -> None:
         for name, mask in masks.items():
@@ -248,6 +258,46 @@ class MaskStore:
                 m = topk_mask(scores[n], 1)
             self.set_mask(n, m if not bool(m.all()) else None)
             start += numel
+
+    @torch.no_grad()
+    def allocate(
+        self,
+        density: float,
+        scores: Mapping[str, torch.Tensor],
+        distribution: str,
+        dense_first_layer: bool = False,
+    ) -> None:
+        """Keep the largest ``scores`` at global ``density``: ranked jointly across layers
+        (``global``) or per layer at the layer densities of ``erk``/``uniform``
+        (:func:`layer_densities`). Used by the pruning methods, so that every method of a board
+        can share one layer-wise allocation.
+
+        Raises ValueError for an unknown ``distribution`` (allowed: :data:`ALLOCATIONS`)."""
+        if distribution == "global":
+            if dense_first_layer:
+                raise ValueError("dense_first_layer needs distribution erk or uniform")
+            self.global_topk_masks(density, scores)
+            return
+        if distribution not in DISTRIBUTIONS:
+            raise ValueError(f"unknown distribution {distribution!r}; allowed: {ALLOCATIONS}")
+        densities = layer_densities(self.shapes, density, distribution, dense_first_layer)
+        for name, d in densities.items():
+            numel = self.weight(name).numel()
+            self.set_mask(name, None if d >= 1.0 else topk_mask(scores[name], n_keep(numel, d)))
+
+    def trained_density(self, min_steps: int) -> float:
+        """Share of prunable weights that are active and have been active for at least
+        ``min_steps`` optimizer steps (connections active since the start always count).
+        Nominal density counts a connection grown at the last update as if it were trained;
+        this does not."""
+        if not self.total:
+            return 1.0
+        kept = 0
+        for name, mask in self.masks.items():
+            since = self.active_since[name]
+            old = (since < 0) | (since <= self.step - min_steps)
+            kept += int((old if mask is None else old & mask.cpu()).sum())
+        return kept / self.total
 
     def apply(self) -> None:
         """Multiply every masked weight by its mask (idempotent)."""

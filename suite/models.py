@@ -162,10 +162,38 @@ def resnet20(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return ResNetCifar(c, num_classes, blocks_per_stage=3)
 
 
+class ViTClassifier(nn.Module):
+    """The merging pillar's small ViT trunk (suite/pillars/merging/models.py: linear patch
+    embedding of 7x7 patches, class token, learned positions, pre-norm blocks with real
+    multi-head attention and a GELU FFN, final LayerNorm; Dosovitskiy et al. 2021) with a linear
+    classification head on the class token. Every ``nn.Linear`` (patch embedding, q/k/v/o, FFN,
+    head) is prunable. Input ``(N, 1, 28, 28)``, output ``(N, num_classes)``."""
+
+    def __init__(self, num_classes: int, width: int = 64, depth: int = 4, heads: int = 4):
+        super().__init__()
+        from sparsebench.suite.pillars.merging.config import TrunkConfig
+        from sparsebench.suite.pillars.merging.models import build_trunk
+
+        self.trunk = build_trunk(TrunkConfig("vit", width, depth, heads, mlp_ratio=2, patch=7))
+        self.head = nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(x))
+
+
+def vit_tiny(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """ViT with width 64, 4 blocks of 4 heads, FFN 128 (139,018 parameters for 10 classes)."""
+    shape = _check_shape(input_shape, num_classes)
+    if shape != (1, 28, 28):
+        raise ValueError(f"vit_tiny needs (1, 28, 28) images (MNIST-like), got {shape}")
+    return ViTClassifier(num_classes)
+
+
 MODELS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
     "lenet300_100": lenet300_100,
     "lenet5": lenet5,
     "resnet20": resnet20,
+    "vit_tiny": vit_tiny,
 }
 
 

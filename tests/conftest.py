@@ -60,6 +60,10 @@ def make_record() -> MakeRecord:
             "infer_ms": 0.5,
             "infer_batch": 256,
             "layer_densities_json": "{}",
+            "distribution": None if method == "dense" else "erk",
+            "trained_density": density,
+            "reachable_outputs_init": 1.0,
+            "reachable_outputs": 1.0,
             "device": "cpu",
             "threads": 1,
             "parallel_jobs": 2,
@@ -79,7 +83,8 @@ def make_record() -> MakeRecord:
                 "actual_sparsity", "test_acc", "test_loss", "val_acc", "val_loss", "steps",
                 "train_flops", "inference_flops", "train_flops_rel_dense",
                 "inference_flops_rel_dense", "params_total", "params_nonzero", "train_wall_s",
-                "infer_ms", "infer_batch", "layer_densities_json", "device",
+                "infer_ms", "infer_batch", "layer_densities_json", "device", "trained_density",
+                "reachable_outputs_init", "reachable_outputs",
             ):  # fmt: skip
                 rec[col] = None
             rec["error"] = "RuntimeError: boom"

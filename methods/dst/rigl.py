@@ -33,8 +33,12 @@ class RigL(Static):
     weights and the dense gradient of that iteration's batch (captured in its backward pass),
     and no weight moves. Departure, documented: the update iteration still counts as a training
     step (the lr schedule and step counter advance), so RigL sees exactly the batches dense sees.
-    Updates happen after steps ΔT, 2ΔT, ... (not at step 0). A run whose T_end does not pass ΔT
-    would never update (it would be static): it is refused with a ValueError.
+    Update iterations are t = 0, ΔT, 2ΔT, ... < T_end (0-based iteration index, as the
+    reference's ``is_mask_update_iter`` with ``begin_step = 0``: the first iteration updates the
+    random mask from the init's magnitudes and the first batch's gradient);
+    ``update_at_start: false`` skips t = 0 (this suite's behaviour before 2026-12-01). A run
+    whose T_end does not pass ΔT would update at most at t = 0: it is refused with a
+    ValueError.
 
     Training FLOPs (Appendix H): ``3 f_S`` per example on regular iterations and ``2 f_S + f_D``
     on update iterations (sparse forward, sparse activation gradients, dense weight gradient),
@@ -51,6 +55,7 @@ class RigL(Static):
         drop_fraction: float = 0.3
         drop_fraction_anneal: Literal["cosine", "constant"] = "cosine"
         end_fraction: float = 0.75
+        update_at_start: bool = True
 
         def validate(self) -> None:
             if self.update_interval < 1:
@@ -74,7 +79,10 @@ class RigL(Static):
         return alpha / 2.0 * (1.0 + math.cos(math.pi * step / self.t_end))
 
     def is_update_step(self, step: int) -> bool:
-        return step > 0 and step % self.params.update_interval == 0 and step < self.t_end
+        """Whether iteration ``step`` (0-based: the optimizer steps done before it) updates."""
+        if step == 0 and not self.params.update_at_start:
+            return False
+        return step % self.params.update_interval == 0 and step < self.t_end
 
     @classmethod
     def check_budget(cls, params: Params, total_steps: int) -> None:
@@ -82,8 +90,8 @@ class RigL(Static):
         if t_end <= params.update_interval:
             raise ValueError(
                 f"rigl: no mask update would happen: T_end = end_fraction x total_steps = "
-                f"{t_end} of {total_steps} steps <= update_interval = {params.update_interval}; "
-                f"lower update_interval or train longer"
+                f"{t_end} of {total_steps} steps <= update_interval = {params.update_interval} "
+                f"(at most the update at step 0); lower update_interval or train longer"
             )
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -91,8 +99,8 @@ class RigL(Static):
         super().on_fit_start(trainer, pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        # Iteration global_step + 1 is an update iteration: capture its dense gradient.
-        pl_module.masks.capture_dense_grads = self.is_update_step(trainer.global_step + 1)
+        # An update iteration: capture its dense gradient.
+        pl_module.masks.capture_dense_grads = self.is_update_step(trainer.global_step)
         self._batch_size = int(batch[0].shape[0])
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
@@ -101,7 +109,7 @@ class RigL(Static):
         if not store.capture_dense_grads:
             return
         store.capture_dense_grads = False
-        fraction = self.drop_fraction_at(trainer.global_step + 1)
+        fraction = self.drop_fraction_at(trainer.global_step)
         for name, mask in store.masks.items():
             if mask is not None and name in store.dense_grads:
                 new = self.update_mask(store.weight(name), mask, store.dense_grads[name], fraction)

@@ -18,69 +18,144 @@ class SET(Static):
     """Sparse Evolutionary Training (Mocanu et al. 2018, Algorithm 1).
 
     Starts from a random Erdős–Rényi mask (ERK, which equals Erdős–Rényi for Linear layers).
-    At the end of every training epoch but the last, in each sparse layer it removes the
-    fraction ``zeta`` of the positive weights closest to zero and the fraction ``zeta`` of the
-    negative weights closest to zero (Algorithm 1, step 11), then adds the same number of new
-    connections at uniformly random inactive positions (step 12), so each layer keeps its exact
-    number of connections. Algorithm 1 adds "new random weights"; ``regrowth_init`` says how:
-    ``"normal"`` (default) draws N(0, ``regrowth_std``²) with std 0.1, as the authors'
-    sparse-Python implementation (``np.random.randn() / 10``); ``"uniform"`` draws
-    U(±1/sqrt(fan_in)), PyTorch's default Linear/Conv init; ``"zero"`` starts them at zero, as
-    the authors' Keras code and Evci et al.'s SET baseline. Their optimizer state starts at zero.
+    At each topology update, in each sparse layer it removes the fraction ``zeta`` of the
+    positive weights closest to zero and the fraction ``zeta`` of the negative weights closest
+    to zero (Algorithm 1, step 11), then adds the same number of new connections at uniformly
+    random inactive positions (step 12), so each layer keeps its exact number of connections.
+
+    When: with ``update_interval: null`` (default) at the end of every epoch, as Algorithm 1,
+    while the epoch ends before ``T_end = end_fraction x total_steps``. The authors evolve until
+    the second-to-last epoch (``end_fraction: 1.0``); under a cosine learning rate that leaves
+    the connections grown in the last epochs barely trained while the nominal density counts
+    them, so the default stops at ``end_fraction = 0.75`` as Evci et al.'s SET baseline does
+    (the record's ``trained_density`` shows the difference). With an integer
+    ``update_interval`` the update happens every ΔT optimizer steps instead, with ``zeta``
+    decayed by ``drop_fraction_anneal`` (RigL's Eq. 1 cosine): ``{update_interval: 100,
+    drop_fraction_anneal: cosine, regrowth_init: zero}`` is Evci et al. 2020's SET baseline
+    (their Sec. 4: RigL's schedule with random growth at zero).
+
+    Algorithm 1 adds "new random weights"; ``regrowth_init`` says how: ``"init"`` (default)
+    draws N(0, σ_l²) with σ_l the standard deviation of layer l's weights at initialization
+    (measured before masking), so regrown weights start at the scale of the layer's own init,
+    as in the authors' code, where the init and the regrowth share one scale; ``"normal"`` is
+    the authors' literal constant, N(0, ``regrowth_std``²) with std 0.1 (``np.random.randn() /
+    10`` in their sparse-Python code), which is 2-5x the scale of PyTorch's default init on
+    LeNet-300-100; ``"uniform"`` draws U(±1/sqrt(fan_in)), PyTorch's default Linear/Conv init
+    bound; ``"zero"`` starts them at zero (the authors' Keras code, Evci et al.'s baseline).
+    Regrown weights' optimizer state starts at zero.
 
     Training FLOPs: ``3 * f_S`` per example; the topology update is O(nnz) and not counted
     (Evci et al. 2020, Appendix H).
 
     Source: Mocanu et al. 2018, "Scalable training of artificial neural networks with adaptive
     sparse connectivity inspired by network science", Nature Communications 9:2383, Algorithm 1;
-    zeta = 0.3 as in the paper's experiments.
+    zeta = 0.3 as in the paper's experiments. End fraction and step schedule: Evci et al. 2020,
+    "Rigging the Lottery", Sec. 4 and Eq. 1.
     """
 
     @dataclass
     class Params(Static.Params):
         zeta: float = 0.3
-        regrowth_init: Literal["normal", "uniform", "zero"] = "normal"
+        regrowth_init: Literal["init", "normal", "uniform", "zero"] = "init"
         regrowth_std: float = 0.1
+        end_fraction: float = 0.75
+        update_interval: int | None = None
+        drop_fraction_anneal: Literal["constant", "cosine"] = "constant"
 
         def validate(self) -> None:
             if not 0.0 < self.zeta < 1.0:
                 raise ValueError(f"zeta must be in (0, 1), got {self.zeta}")
             if self.regrowth_std <= 0.0:
                 raise ValueError(f"regrowth_std must be > 0, got {self.regrowth_std}")
+            if not 0.0 < self.end_fraction <= 1.0:
+                raise ValueError(f"end_fraction must be in (0, 1], got {self.end_fraction}")
+            if self.update_interval is not None and self.update_interval < 1:
+                raise ValueError(
+                    f"update_interval must be >= 1 or null, got {self.update_interval}"
+                )
 
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if trainer.current_epoch + 1 >= self.ctx.epochs:
-            return  # no topology change after the last epoch
+    @classmethod
+    def check_budget(cls, params: Params, total_steps: int) -> None:
+        t_end = int(params.end_fraction * total_steps)
+        interval = params.update_interval
+        if interval is not None and t_end <= interval:
+            raise ValueError(
+                f"set: no topology update would happen: T_end = end_fraction x total_steps = "
+                f"{t_end} of {total_steps} steps <= update_interval = {interval}; lower "
+                f"update_interval or train longer"
+            )
+
+    @property
+    def t_end(self) -> int:
+        return int(self.params.end_fraction * self.ctx.total_steps)
+
+    def zeta_at(self, step: int) -> float:
+        """ζ at optimizer step ``step``: constant, or RigL's cosine decay to 0 at T_end."""
+        if self.params.drop_fraction_anneal == "constant":
+            return self.params.zeta
+        return self.params.zeta / 2.0 * (1.0 + math.cos(math.pi * step / self.t_end))
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.check_budget(self.params, self.ctx.total_steps)
         store = pl_module.masks
+        # The layer's init scale, before the masks zero most of it.
+        self.init_std = {n: float(store.weight(n).detach().std()) for n in store.layers}
+        super().on_fit_start(trainer, pl_module)
+
+    def _evolve_all(self, pl_module, step: int) -> None:
+        store = pl_module.masks
+        zeta = self.zeta_at(step)
         for name, mask in store.masks.items():
             if mask is not None:
-                new_mask, grown = self.evolve(store.weight(name), mask)
+                new_mask, grown = self.evolve(store.weight(name), mask, zeta, name)
                 store.set_mask(name, new_mask, reset=grown)
 
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self.params.update_interval is not None:
+            return
+        epoch_end = (trainer.current_epoch + 1) * self.ctx.steps_per_epoch
+        last = trainer.current_epoch + 1 >= self.ctx.epochs
+        if last or epoch_end > self.t_end:
+            return  # no topology change after the last epoch, nor after T_end
+        self._evolve_all(pl_module, trainer.global_step)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        interval = self.params.update_interval
+        step = trainer.global_step  # optimizer steps done
+        if interval is not None and step % interval == 0 and 0 < step < self.t_end:
+            self._evolve_all(pl_module, step)
+
     @torch.no_grad()
-    def evolve(self, weight: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def evolve(
+        self, weight: torch.Tensor, mask: torch.Tensor, zeta: float | None = None, name: str = ""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One SET step on one layer: returns (new mask with the same number of ones, grown
         positions) and writes the regrown weights' initial values into ``weight``.
 
         Args:
             weight: the layer's weight (any shape); masked entries are zero.
             mask: bool tensor of ``weight``'s shape.
+            zeta: removal fraction (default ``params.zeta``).
+            name: the layer's name (for ``regrowth_init: init``, its init scale).
         """
+        zeta = self.params.zeta if zeta is None else zeta
         w = weight.detach()
         pos = mask & (w >= 0)
         neg = mask & (w < 0)
         inf = torch.full_like(w, math.inf)
         # Closest to zero first: smallest positives, largest (least negative) negatives.
-        drop_pos = topk_mask(torch.where(pos, -w, -inf), int(self.params.zeta * int(pos.sum())))
-        drop_neg = topk_mask(torch.where(neg, w, -inf), int(self.params.zeta * int(neg.sum())))
+        drop_pos = topk_mask(torch.where(pos, -w, -inf), int(zeta * int(pos.sum())))
+        drop_neg = topk_mask(torch.where(neg, w, -inf), int(zeta * int(neg.sum())))
         kept = mask & ~drop_pos & ~drop_neg
         n_grow = int(mask.sum()) - int(kept.sum())
         scores = torch.rand(w.shape, generator=self.ctx.generator).to(w.device)
         grow = topk_mask(torch.where(kept, -inf, scores), n_grow)
         gen = self.ctx.generator
-        if self.params.regrowth_init == "normal":
-            init = torch.randn(w.shape, generator=gen) * self.params.regrowth_std
-        elif self.params.regrowth_init == "uniform":
+        how = self.params.regrowth_init
+        if how in ("normal", "init"):
+            std = self.params.regrowth_std if how == "normal" else self.init_std[name]
+            init = torch.randn(w.shape, generator=gen) * std
+        elif how == "uniform":
             bound = 1.0 / math.sqrt(w[0].numel())  # fan_in of a Linear row / Conv filter
             init = (torch.rand(w.shape, generator=gen) * 2 - 1) * bound
         else:

@@ -8,7 +8,6 @@ from typing import Literal
 
 import torch
 
-from sparsebench.suite.masks import layer_densities, n_keep, topk_mask
 from sparsebench.suite.pillars.classification.lit import MaskMethod
 from sparsebench.suite.registry import register
 
@@ -22,7 +21,8 @@ class GMP(MaskMethod):
     Every ``pruning_frequency`` (Δt) steps between ``t_0 = begin_fraction * total_steps`` and
     ``t_0 + nΔt <= end_fraction * total_steps``, each layer keeps its largest-|w| weights so
     that its sparsity is s_t (layer-wise pruning as in the paper, every layer to the same s_t,
-    or the ERK share of it), and removed weights never come back; the last pruning step reaches
+    or the ERK share of it; ``distribution: global`` ranks all layers jointly instead), and
+    removed weights never come back; the last pruning step reaches
     the target s_f exactly, then training continues with the mask fixed.
 
     Defaults: s_i = 0, Δt = 100 steps (the paper recommends 100 to 1000), pruning from 25% to
@@ -43,7 +43,7 @@ class GMP(MaskMethod):
         pruning_frequency: int = 100
         begin_fraction: float = 0.25
         end_fraction: float = 0.75
-        distribution: Literal["uniform", "erk"] = "uniform"
+        distribution: Literal["uniform", "erk", "global"] = "uniform"
         dense_first_layer: bool = False
 
         def validate(self) -> None:
@@ -95,13 +95,9 @@ class GMP(MaskMethod):
         if s_t is None or s_t <= 0.0:
             return
         store = pl_module.masks
-        densities = layer_densities(
-            store.shapes, 1.0 - s_t, self.params.distribution, self.params.dense_first_layer
-        )
-        for name, d in densities.items():
-            if d >= 1.0:
-                continue
-            w = store.weight(name).detach()
-            mask = store.masks[name]
-            scores = w.abs() if mask is None else torch.where(mask, w.abs(), -math.inf)
-            store.set_mask(name, topk_mask(scores, n_keep(w.numel(), d)))
+        # Removed weights never come back: they rank below every active one.
+        scores = {}
+        for name in store.layers:
+            w, mask = store.weight(name).detach(), store.masks[name]
+            scores[name] = w.abs() if mask is None else torch.where(mask, w.abs(), -math.inf)
+        store.allocate(1.0 - s_t, scores, self.params.distribution, self.params.dense_first_layer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from sparsebench.suite.pillars.classification.lit import MaskMethod
 from sparsebench.suite.registry import register
@@ -17,7 +18,9 @@ class MagnitudeOneShot(MaskMethod):
     |w| across all prunable layers (one global threshold) are removed, leaving the target
     density; the remaining epochs fine-tune with the mask fixed. The learning-rate schedule runs
     on unchanged over the whole budget (fine-tuning continues the decayed schedule). Total
-    epochs equal the dense baseline's, so the comparison is at equal budget.
+    epochs equal the dense baseline's, so the comparison is at equal budget. ``distribution``
+    (default ``global``, the published ranking) may instead prune each layer to its ERK or
+    uniform density, so that a board can compare every method at one layer-wise allocation.
 
     Training FLOPs: ``3 f_D`` per example before pruning, ``3 f_S`` after.
 
@@ -30,6 +33,8 @@ class MagnitudeOneShot(MaskMethod):
     @dataclass
     class Params:
         dense_fraction: float = 0.5
+        distribution: Literal["global", "erk", "uniform"] = "global"
+        dense_first_layer: bool = False
 
         def validate(self) -> None:
             if not 0.0 < self.dense_fraction < 1.0:
@@ -43,4 +48,6 @@ class MagnitudeOneShot(MaskMethod):
         if trainer.current_epoch == self.prune_epoch:
             store = pl_module.masks
             scores = {n: store.weight(n).detach().abs() for n in store.layers}
-            store.global_topk_masks(self.density, scores)
+            store.allocate(
+                self.density, scores, self.params.distribution, self.params.dense_first_layer
+            )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +20,9 @@ class SNIP(MaskMethod):
     prunable weight is s_j = |g_j · w_j| / Σ_k |g_k · w_k| (Eq. 6, with g the gradient of the
     loss w.r.t. the weight at initialization). The top-κ weights by s_j across all layers are
     kept (κ = density × number of prunable weights; one global ranking), the mask is then fixed
-    and the sparse network trained as usual.
+    and the sparse network trained as usual. ``distribution: erk|uniform`` ranks within each
+    layer at that allocation's layer densities instead (our option, so that a board can compare
+    every method at one layer-wise allocation; the paper's ranking is global).
 
     Defaults: one batch of the training batch size (``batch_size: null``), drawn with the job's
     seed; saliency computed in eval mode (BatchNorm running statistics, no dropout), as in the
@@ -37,6 +40,8 @@ class SNIP(MaskMethod):
     @dataclass
     class Params:
         batch_size: int | None = None
+        distribution: Literal["global", "erk", "uniform"] = "global"
+        dense_first_layer: bool = False
 
         def validate(self) -> None:
             if self.batch_size is not None and self.batch_size < 1:
@@ -62,5 +67,6 @@ class SNIP(MaskMethod):
         scores = {n: (store.weight(n).grad * store.weight(n)).abs().detach() for n in store.layers}
         model.zero_grad(set_to_none=True)
         # The normalization of Eq. 6 does not change the ranking, so rank |g * w| directly.
-        store.global_topk_masks(self.density, scores)
+        params = self.params
+        store.allocate(self.density, scores, params.distribution, params.dense_first_layer)
         self.ctx.flops.add(3.0 * self.ctx.flops.f_dense * x.shape[0])

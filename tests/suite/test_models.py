@@ -61,7 +61,7 @@ def test_same_seed_same_init() -> None:
 def test_unknown_model_lists_allowed() -> None:
     with pytest.raises(ValueError, match="allowed: lenet300_100, lenet5, resnet20"):
         build_model("vgg19", (3, 32, 32), 10)
-    assert set(MODELS) == {"lenet300_100", "lenet5", "resnet20"}
+    assert set(MODELS) == {"lenet300_100", "lenet5", "resnet20", "vit_tiny"}
 
 
 @pytest.mark.parametrize(
@@ -77,3 +77,11 @@ def test_unknown_model_lists_allowed() -> None:
 def test_incompatible_input_says_why(name: str, shape: tuple[int, ...], why: str) -> None:
     with pytest.raises(ValueError, match=why):
         build_model(name, shape, 10)
+
+
+def test_vit_tiny_is_the_merging_trunk_with_a_head_and_refuses_other_inputs():
+    model = build_model("vit_tiny", (1, 28, 28), 10)
+    assert sum(p.numel() for p in model.parameters()) == 139_018
+    assert model(torch.zeros(3, 1, 28, 28)).shape == (3, 10)
+    with pytest.raises(ValueError, match="vit_tiny needs"):
+        build_model("vit_tiny", (3, 32, 32), 10)

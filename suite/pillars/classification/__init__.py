@@ -10,6 +10,8 @@ once and every seed and sparsity runs after it.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import math
 from collections.abc import Sequence
@@ -39,11 +41,20 @@ class ClassificationPillar(Pillar):
         "sparsebench.methods.dst.static",
         "sparsebench.methods.dst.set",
         "sparsebench.methods.dst.rigl",
+        "sparsebench.methods.dst.snfs",
+        "sparsebench.methods.dst.mest",
+        "sparsebench.methods.dst.granet",
+        "sparsebench.methods.dst.topkast",
+        "sparsebench.methods.dst.acdc",
+        "sparsebench.methods.dst.arc",
+        "sparsebench.methods.dst.haste",
+        "sparsebench.methods.dst.cht",
+        "sparsebench.methods.dst.cht_channel",
         "sparsebench.methods.pruning.magnitude",
         "sparsebench.methods.pruning.gmp",
         "sparsebench.methods.pruning.snip",
     )
-    spec_keys = ("tasks", "methods", "sparsities", "seeds", "execution", "infer")
+    spec_keys = ("tasks", "methods", "sparsities", "seeds", "execution", "infer", "distribution")
     columns = COLUMNS
     row_key = IDENT
     metrics = (
@@ -116,13 +127,14 @@ class ClassificationPillar(Pillar):
         data = spec.data
         out = []
         for task_name, task in data.get("tasks", {}).items():
-            for method in data["methods"]:
+            for method in task_methods(data, task_name):
                 info = registry.get_method(method, FAMILIES)
                 sparsities = data["sparsities"] if info.sparse else [0.0]
                 for setting in settings(spec, method):
                     trigger = {
                         "method_params": json.loads(setting.params_json),
-                        "task": task,
+                        # the task's `methods` filter only selects cells: not a trigger
+                        "task": {k: v for k, v in task.items() if k != "methods"},
                         "execution": data["execution"],
                     }
                     for s in sparsities:
@@ -201,9 +213,24 @@ class ClassificationPillar(Pillar):
 
 
 def settings(spec: Spec, method: str):
-    """The parameter settings of ``method`` in ``spec`` (its grid expanded)."""
+    """The parameter settings of ``method`` in ``spec`` (its grid expanded). The spec's
+    ``distribution`` fills the method's ``distribution`` parameter where the method has one
+    and the spec's ``methods.<name>`` does not set it."""
     info = registry.get_method(method, FAMILIES)
-    return expand_grid(info, spec.data["methods"][method], f"{spec.source}: methods.{method}")
+    raw = dict(spec.data["methods"][method] or {})
+    shared = spec.data.get("distribution")
+    fields = {f.name for f in dataclasses.fields(info.cls.Params)}
+    where = f"{spec.source}: methods.{method}"
+    if shared is not None and "distribution" in fields and "distribution" not in raw:
+        raw["distribution"] = shared
+        where = f"{spec.source}: distribution: {shared!r} for methods.{method}"
+    return expand_grid(info, raw, where)
+
+
+def task_methods(data: dict[str, Any], task_name: str) -> list[str]:
+    """The spec's methods that run on task ``task_name`` (its ``methods`` list, else all)."""
+    only = data["tasks"][task_name].get("methods")
+    return [m for m in data["methods"] if only is None or m in only]
 
 
 def _check_execution(data: dict[str, Any], source: str) -> None:
@@ -228,26 +255,34 @@ def _preflight(spec: Spec) -> None:
     torchvision files are there (or may be downloaded), every method can act within the task's
     step budget. Catches at validation what would otherwise fail one job at a time."""
     from sparsebench.suite.data import DATASET_INFO, DatasetNotFoundError, check_available
+    from sparsebench.suite.masks import prunable_layers
     from sparsebench.suite.models import build_model
 
     src, data = spec.source, spec.data
     for name, task in data["tasks"].items():
         info = DATASET_INFO[task["dataset"]]
         try:
-            build_model(task["model"], info.input_shape, info.num_classes)
+            model = build_model(task["model"], info.input_shape, info.num_classes)
         except ValueError as e:
             raise SpecError(f"{src}: tasks.{name}.model: {e}") from None
+        layers = prunable_layers(model)
         try:
             check_available(task["dataset"], data["data_root"], data["allow_download"])
         except DatasetNotFoundError as e:
             raise SpecError(f"{src}: tasks.{name}.dataset: {e}") from None
         recipe = task["recipe"]
-        total_steps = math.ceil(info.n_train / recipe["batch_size"]) * recipe["epochs"]
-        for method in data["methods"]:
+        steps_per_epoch = math.ceil(info.n_train / recipe["batch_size"])
+        total_steps = steps_per_epoch * recipe["epochs"]
+        for method in task_methods(data, name):
             cls = registry.get_method(method, FAMILIES).cls
             for setting in settings(spec, method):
                 try:
-                    cls.check_budget(setting.params, total_steps)
+                    if "steps_per_epoch" in inspect.signature(cls.check_budget).parameters:
+                        # methods that act at epoch ends need the epoch length too
+                        cls.check_budget(setting.params, total_steps, steps_per_epoch)
+                    else:
+                        cls.check_budget(setting.params, total_steps)
+                    cls.check_model(setting.params, layers)
                 except ValueError as e:
                     raise SpecError(
                         f"{src}: methods.{method} (setting {setting.label}) on tasks.{name}: {e}"
@@ -268,6 +303,13 @@ def _check_registries(data: dict[str, Any], source: str) -> None:
             raise SpecError(
                 f"{source}: tasks.{name}.model: unknown model {task['model']!r}; "
                 f"allowed: {', '.join(sorted(MODELS))}"
+            )
+    for name, task in data["tasks"].items():
+        extra = [m for m in task.get("methods", []) if m not in data["methods"]]
+        if extra:
+            raise SpecError(
+                f"{source}: tasks.{name}.methods: {', '.join(map(repr, extra))} not in the "
+                f"spec's `methods`; allowed: {', '.join(data['methods'])}"
             )
     known = registry.all_methods(FAMILIES)
     for method, params in data["methods"].items():

@@ -19,6 +19,7 @@ from sparsebench.suite.spec import Spec
 from . import FAMILIES
 
 CPU_EXECUTION = ("cpu",)  # execution backends that run on CPU tensors only
+TRAINED_FRACTION = 0.1  # a connection counts as trained after 10 % of the run's steps
 
 
 @torch.no_grad()
@@ -54,12 +55,13 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader
 
+    from sparsebench.suite.connectivity import reachable_output_fraction
     from sparsebench.suite.data import batch_loader, load_dataset
     from sparsebench.suite.flops import TrainFlopsCounter, layer_flops, sparse_forward_flops
     from sparsebench.suite.models import build_model
 
     from .execution import use_backend
-    from .lit import ClassificationModule, FlopsCallback, RunContext
+    from .lit import ClassificationModule, ConnectivityCallback, FlopsCallback, RunContext
 
     quiet_lightning()
     task = spec.data["tasks"][cell.columns["task"]]
@@ -96,6 +98,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     module = ClassificationModule(model, data.num_classes, recipe, total_steps)
     use_backend(module.model, module.masks, spec.data["execution"])
     method = info.cls(params, sparsity, ctx)
+    connectivity = ConnectivityCallback(data.input_shape)
     trainer = pl.Trainer(
         max_epochs=recipe["epochs"],
         # The cpu kernels take CPU tensors: such a job stays on the CPU even next to a GPU.
@@ -107,7 +110,8 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         enable_model_summary=False,
         num_sanity_val_steps=0,
         deterministic=True,
-        callbacks=[method, FlopsCallback(counter)],  # method first: FLOPs see its masks
+        # method first: FLOPs and connectivity see its masks
+        callbacks=[method, FlopsCallback(counter), connectivity],
     )
     if spec.data["execution"] != "dense_mask":
         # One untimed forward builds/loads the kernel backend (the cpu extension's first load
@@ -123,6 +127,8 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
 
     store = module.masks
     densities = store.densities()
+    # Trained: active for at least the last TRAINED_FRACTION of the run (see table.py).
+    trained_density = store.trained_density(math.ceil(TRAINED_FRACTION * total_steps))
     f_sparse = sparse_forward_flops(dense_flops, densities)
     f_dense = float(sum(dense_flops.values()))
     masked_out = store.total - store.total_nnz
@@ -155,4 +161,8 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         "infer_batch": infer_bs,
         "device": str(module.device),
         "layer_densities_json": json.dumps(densities, sort_keys=True),
+        "distribution": getattr(params, "distribution", None),
+        "trained_density": trained_density,
+        "reachable_outputs_init": connectivity.at_start,
+        "reachable_outputs": reachable_output_fraction(module.model, store, data.input_shape),
     }

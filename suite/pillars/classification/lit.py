@@ -70,19 +70,45 @@ class MaskMethod(pl.Callback):
         method to act as published. Called by spec validation (before any job starts) and
         again when the job starts. The default accepts any budget."""
 
+    @classmethod
+    def check_model(cls, params: Any, layers: dict[str, nn.Module]) -> None:
+        """Raise ValueError if the method cannot act on a model with these prunable ``layers``
+        (name -> ``nn.Linear``/``nn.Conv2d``, in definition order), e.g. a CNN-only method on
+        an MLP; the message says what the method needs. Called by spec validation with a
+        freshly built model of each task. The default accepts any model."""
+
 
 class FlopsCallback(pl.Callback):
-    """Counts 3 x sparse forward FLOPs per training example at each step's masks."""
+    """Counts 3 x sparse forward FLOPs per training example at each step's masks, and keeps
+    the mask store's step counter (``MaskStore.step``, for connection ages) current."""
 
     def __init__(self, counter: TrainFlopsCounter):
         self.counter = counter
         self._densities: dict[str, float] = {}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        pl_module.masks.step = trainer.global_step
         self._densities = pl_module.masks.densities()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.counter.step(int(batch[0].shape[0]), self._densities)
+        # Current before the next batch's method hooks run (methods are earlier callbacks).
+        pl_module.masks.step = trainer.global_step
+
+
+class ConnectivityCallback(pl.Callback):
+    """Fraction of outputs reachable from the input at the start of training (after the
+    method's initial masks), see :mod:`sparsebench.suite.connectivity`."""
+
+    def __init__(self, input_shape: tuple[int, ...]):
+        self.input_shape = tuple(input_shape)
+        self.at_start: float | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        from sparsebench.suite.connectivity import reachable_output_fraction
+
+        model, store = pl_module.model, pl_module.masks
+        self.at_start = reachable_output_fraction(model, store, self.input_shape)
 
 
 def lr_lambda(recipe: dict[str, Any], total_steps: int):

@@ -34,6 +34,17 @@ COLUMNS: dict[str, type] = {
     "infer_ms": float,  # median milliseconds of one forward pass of infer_batch examples
     "infer_batch": int,
     "layer_densities_json": str,  # layer name -> density at the end of training
+    # The layer-wise allocation the method used (erk | uniform | global); null for dense.
+    "distribution": str,
+    # Share of prunable weights active at the end AND active for at least the last 10 % of the
+    # run's steps: the nominal density (1 - actual_sparsity) also counts connections grown at
+    # the last update, which were barely trained (SET evolving until the last epochs).
+    "trained_density": float,
+    # Share of output units reachable from the input through active weights, after the
+    # method's initial masks and at the end (suite/connectivity.py); null where the test does
+    # not apply (LayerNorm/attention models). Below 1: part of the network is disconnected.
+    "reachable_outputs_init": float,
+    "reachable_outputs": float,
 }
 
 # Columns a failed/diverged record must leave null (it never got that far); set on ok records.
@@ -51,6 +62,7 @@ FAILED_NULL_COLUMNS: tuple[str, ...] = (
     "params_nonzero",
     "train_wall_s",
     "infer_ms",
+    "trained_density",
 )
 
 FINITE_COLUMNS: tuple[str, ...] = (
@@ -103,6 +115,10 @@ class ClassificationSchema(CommonSchema):
     infer_ms: float = pa.Field(ge=0.0, nullable=True)
     infer_batch: int = pa.Field(ge=1, nullable=True)
     layer_densities_json: str = pa.Field(nullable=True)
+    distribution: str = pa.Field(isin=["erk", "uniform", "global"], nullable=True)
+    trained_density: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    reachable_outputs_init: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    reachable_outputs: float = pa.Field(ge=0.0, le=1.0, nullable=True)
 
     class Config:
         strict = False

@@ -25,6 +25,7 @@ def test_cosine_drop_fraction_schedule():
     assert r.drop_fraction_at(375) == pytest.approx(0.15)
     assert r.drop_fraction_at(750) == pytest.approx(0.0)
     assert [s for s in range(0, 1001, 100) if r.is_update_step(s)] == [
+        0,
         100,
         200,
         300,
@@ -52,7 +53,7 @@ def test_rigl_counts_dense_gradient_flops(tiny_fit):
     module, m = tiny_fit("rigl", 0.8, {"update_interval": 3}, epochs=4)
     flops = m.ctx.flops
     f_s = sum(f * d for f, d in zip(flops.dense_flops.values(), module.masks.densities().values()))
-    n_updates = sum(m.is_update_step(s) for s in range(1, m.ctx.total_steps + 1))
+    n_updates = sum(m.is_update_step(s) for s in range(m.ctx.total_steps))
     expected = 3 * f_s * 160 * 4 + n_updates * 16 * (flops.f_dense - f_s)
     assert flops.total == pytest.approx(expected)
     assert not math.isclose(flops.total, 3 * f_s * 160 * 4)
@@ -75,8 +76,9 @@ class _StepWatcher(pl.Callback):
 def test_update_iteration_replaces_the_optimizer_step(tiny_fit):
     watcher = _StepWatcher()
     _, m = tiny_fit("rigl", 0.8, {"update_interval": 3}, epochs=4, extra_callbacks=[watcher])
-    updates = [s for s in watcher.steps if m.is_update_step(s[0])]
-    regular = [s for s in watcher.steps if not m.is_update_step(s[0])]
+    # s[0] is the global step after the iteration: the iteration's index is s[0] - 1.
+    updates = [s for s in watcher.steps if m.is_update_step(s[0] - 1)]
+    regular = [s for s in watcher.steps if not m.is_update_step(s[0] - 1)]
     assert len(updates) >= 3
     for _, before, after in updates:
         # Biases and every weight that stays active keep their values: no optimizer step.
@@ -90,3 +92,8 @@ def test_too_short_run_is_refused():
     r = RigL(RigL.Params(), 0.9, ctx=type("C", (), {"total_steps": 120})())
     with pytest.raises(ValueError, match="no mask update would happen"):
         r.on_fit_start(None, None)
+
+
+def test_update_at_start_false_skips_step_zero():
+    r = RigL(RigL.Params(update_at_start=False), 0.9, ctx=type("C", (), {"total_steps": 1000})())
+    assert not r.is_update_step(0) and r.is_update_step(100)

@@ -49,3 +49,48 @@ def test_zeta_out_of_range_is_refused():
 
     with pytest.raises(RegistryError, match="zeta must be in"):
         build_params("set", {"zeta": 1.5})
+
+
+def test_default_regrowth_matches_the_layers_init_scale():
+    s = _set(zeta=0.3, init="init")
+    s.init_std = {"fc": 0.02}
+    w = torch.zeros(1, 4000)
+    w[0, :1000] = torch.linspace(1, 2, 1000)
+    new, grown = s.evolve(w, w != 0, name="fc")
+    assert int(grown.sum()) == 300 and float(w[grown].std()) == pytest.approx(0.02, rel=0.2)
+
+
+def test_default_stops_evolving_at_the_end_fraction_and_records_it(tiny_fit):
+    """10 steps per epoch, 8 epochs: T_end = 0.75 x 80 = 60, so updates after epochs 1-6."""
+    watcher = MaskWatcher()
+    module, m = tiny_fit("set", 0.8, epochs=8, extra_callbacks=[watcher])
+    ends = watcher.masks[9::10]
+    changed = [not torch.equal(a["0"], b["0"]) for a, b in zip(ends, ends[1:])]
+    assert changed == [True] * 6 + [False]  # no update after epoch 7: 70 steps > T_end
+    assert module.masks.trained_density(15) == pytest.approx(1 - module.masks.sparsity())
+    # The authors' schedule evolves until the second-to-last epoch: 7 updates, and the
+    # connections grown after epoch 7 are 10 steps old (< 15) at the end.
+    watcher = MaskWatcher()
+    module, m = tiny_fit("set", 0.8, {"end_fraction": 1.0}, epochs=8, extra_callbacks=[watcher])
+    ends = watcher.masks[9::10]
+    assert all(not torch.equal(a["0"], b["0"]) for a, b in zip(ends, ends[1:]))
+    assert module.masks.trained_density(15) < 1 - module.masks.sparsity() - 0.02
+
+
+def test_step_schedule_is_evci_et_al_set_baseline(tiny_fit):
+    params = {"update_interval": 5, "drop_fraction_anneal": "cosine", "regrowth_init": "zero"}
+    watcher = MaskWatcher()
+    module, m = tiny_fit("set", 0.8, params, epochs=4, extra_callbacks=[watcher])
+    # T_end = 30 of 40 steps: updates after steps 5, 10, ..., 25 (masks[j]: after step j + 1).
+    changes = [i + 2 for i, (a, b) in enumerate(zip(watcher.masks, watcher.masks[1:]))
+               if not torch.equal(a["0"], b["0"])]  # fmt: skip
+    assert changes == [5, 10, 15, 20, 25]
+    assert m.zeta_at(0) == pytest.approx(0.3) and m.zeta_at(15) == pytest.approx(0.15)
+    assert all(n == watcher.nnz[0] for n in watcher.nnz)
+
+
+def test_a_step_schedule_past_t_end_is_refused():
+    from sparsebench.methods.dst.set import SET
+
+    with pytest.raises(ValueError, match="no topology update would happen"):
+        SET.check_budget(SET.Params(update_interval=100), total_steps=120)

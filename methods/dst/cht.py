@@ -1,0 +1,392 @@
+"""CHT: Cannistraci-Hebb Training (gradient-free regrowth by CH3-L3 link prediction)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from sparsebench.methods.dst.static import Static
+from sparsebench.suite.masks import topk_mask
+from sparsebench.suite.registry import register
+
+# Scores closer than this fraction of a layer's best score are ties (broken at random): the
+# path sums of equal scores can differ in the last bits with the summation order.
+TIE_TOLERANCE = 1e-6
+
+
+@torch.no_grad()
+def ch3_l3_scores(
+    adj: torch.Tensor, weights: torch.Tensor | None = None, max_elems: int = 1 << 23
+) -> torch.Tensor:
+    """CH3-L3 link-prediction scores of every non-link of one bipartite layer graph.
+
+    The graph has the layer's inputs and outputs as nodes and its active connections as edges.
+    For a candidate link (u, v), u an input and v an output not linked to u, the score sums over
+    every path of length three u - o - i - v (o an output neighbour of u, i an input neighbour
+    of v, i and o linked)::
+
+        CH3-L3(u, v) = sum_{paths u-o-i-v}  1 / sqrt((1 + d_e(o)) * (1 + d_e(i)))
+
+    where d_e(z) is the external degree of the intermediate node z: its links to nodes that are
+    neither the seeds u, v nor in the local community (LC) of (u, v), the set of intermediate
+    nodes of all those paths (the CH3 model on paths of length 3 of Muscoloni et al. 2022, as
+    used by Zhang et al. 2024, Sec. 2, and computed by the authors' ``CH_scores_mex.c``:
+    ``deg_e = deg - deg_i - links to seeds``, ``deg_i`` = links to LC nodes).
+    In a bipartite graph the LC neighbours of o are exactly the common neighbours of o and v,
+    and those of i the common neighbours of i and u, so
+    ``1 + d_e(o) = deg(o) - |N(o) ∩ N(v)|`` and ``1 + d_e(i) = deg(i) - |N(i) ∩ N(u)|``: the
+    score needs only the degrees and the co-neighbour counts ``A Aᵀ`` and ``Aᵀ A``. We sum the
+    paths output by output with batched matmuls, costing about ``sum_o deg(o)^2 * n_out``
+    multiply-adds (0.2 s on one CPU core for a 784x300 layer at density 0.1).
+
+    With ``weights``, each path term is also multiplied by ``w(u,o) * w(i,o) * w(i,v)`` (the
+    weights of its three links; ``cht_channel`` passes cube roots of normalised kernel
+    magnitudes); the external degrees stay topological.
+
+    Args:
+        adj: bool ``(n_out, n_in)``, the layer's active connections in ``nn.Linear`` weight
+            layout (row = output node, column = input node).
+        weights: optional float ``(n_out, n_in)`` link weights (only read where ``adj``).
+        max_elems: memory bound (in floats) of one batch of the path sum.
+    Returns: float32 ``(n_out, n_in)`` scores on ``adj``'s device, 0 at existing links.
+    """
+    n_out, n_in = adj.shape
+    dev = adj.device
+    b = adj.t().to(torch.float32).contiguous()  # (n_in, n_out)
+    w = b if weights is None else (weights.t().to(torch.float32) * b).contiguous()
+    deg_in, deg_out = b.sum(1), b.sum(0)
+    # beta[i, u] = (1 + d_e(i))^-1/2 = (deg(i) - |N(i) ∩ N(u)|)^-1/2; alpha[o, v] likewise.
+    beta = torch.mm(b, b.t()).neg_().add_(deg_in[:, None]).clamp_min_(1.0).rsqrt_()
+    alpha = torch.mm(b.t(), b).neg_().add_(deg_out[:, None]).clamp_min_(1.0).rsqrt_()
+    scores = torch.zeros(n_in, n_out, device=dev)
+    deg = deg_out.long()
+    # Outputs by decreasing degree, so each batch pads its neighbour lists to a similar length.
+    by_deg = torch.argsort(deg, descending=True, stable=True)
+    # Each row: the output's input neighbours first (ascending), then padding.
+    nbr_all = torch.argsort(adj.to(torch.uint8), dim=1, descending=True, stable=True)
+    start = 0
+    while start < n_out:
+        d_max = int(deg[by_deg[start]])
+        if d_max == 0:
+            break
+        step = max(1, max_elems // (d_max * (d_max + n_out)))
+        outs = by_deg[start : start + step]
+        start += step
+        c = outs.numel()
+        idx = nbr_all[outs, :d_max]  # (c, D) input neighbours of each output o
+        valid = torch.arange(d_max, device=dev)[None, :] < deg[outs][:, None]
+        w_no = w[idx, outs[:, None]] * valid  # (c, D) w(u, o) for u in N(o), 0 on padding
+        # t[o, i, u] = beta[i, u] * w(i, o) * w(u, o) over pairs of neighbours of o.
+        t = beta[idx[:, :, None], idx[:, None, :]]
+        t.mul_(w_no[:, :, None]).mul_(w_no[:, None, :])
+        w_iv = torch.index_select(w, 0, idx.reshape(-1)).view(c, d_max, n_out)  # w(i, v)
+        g = torch.bmm(t.transpose(1, 2), w_iv)  # (c, D_u, n_out): sum_i of the path terms
+        g.mul_(alpha[outs][:, None, :])  # alpha[o, v]
+        scores.index_add_(0, idx.reshape(-1), g.view(-1, n_out))
+    return scores.t().masked_fill(adj, 0.0)
+
+
+def ch3_l3_flops(adj: torch.Tensor, weighted: bool = False) -> float:
+    """FLOPs of CH3-L3 scoring as a sparse path-based implementation needs them (2 per
+    multiply-add, the RigL-paper convention): the co-neighbour counts (``sum_o deg(o)^2 +
+    sum_i deg(i)^2`` multiply-adds) and one multiply-add per path term (two with link
+    weights), over the ``deg_outᵀ A deg_in`` length-3 walks through each link.
+
+    Args: adj: bool ``(n_out, n_in)``; weighted: whether path terms carry link weights.
+    """
+    a = adj.to(torch.float64)
+    deg_in, deg_out = a.sum(0), a.sum(1)
+    walks = float(deg_out @ a @ deg_in)
+    co = float((deg_out**2).sum() + (deg_in**2).sum())
+    return 2.0 * co + 2.0 * walks * (2 if weighted else 1)
+
+
+def top_k_random_ties(
+    scores: torch.Tensor, candidates: torch.Tensor, k: int, generator: torch.Generator
+) -> torch.Tensor:
+    """Bool mask (``scores``' shape) of the ``k`` candidates with the largest scores; scores
+    within ``TIE_TOLERANCE`` of the best score's magnitude are ties, broken uniformly at random
+    with ``generator`` (a CPU generator). Raises ValueError if there are fewer than ``k``
+    candidates."""
+    n_cand = int(candidates.sum())
+    if k > n_cand:
+        raise ValueError(f"cannot grow {k} links among {n_cand} candidates")
+    out = torch.zeros(scores.numel(), dtype=torch.bool, device=scores.device)
+    if k <= 0:
+        return out.view_as(scores)
+    s = scores.reshape(-1).to(torch.float64)
+    top = float(s[candidates.reshape(-1)].abs().max())
+    q = TIE_TOLERANCE * top if top > 0 else 1.0
+    s = torch.where(candidates.reshape(-1), torch.round(s / q), -math.inf)
+    perm = torch.randperm(s.numel(), generator=generator).to(s.device)
+    order = torch.sort(s[perm], descending=True, stable=True).indices[:k]
+    out[perm[order]] = True
+    return out.view_as(scores)
+
+
+@torch.no_grad()
+def magnitude_removal(weight: torch.Tensor, mask: torch.Tensor, zeta: float) -> torch.Tensor:
+    """CHT/SET link removal: drop the fraction ``zeta`` of the positive active weights closest
+    to zero and the fraction ``zeta`` of the negative ones (``int(zeta * count)`` each; active
+    zeros count as positive). Returns the bool mask of the kept links (``weight``'s shape)."""
+    w = weight.detach()
+    pos = mask & (w >= 0)
+    neg = mask & (w < 0)
+    inf = torch.full_like(w, math.inf)
+    drop_pos = topk_mask(torch.where(pos, -w, -inf), int(zeta * int(pos.sum())))
+    drop_neg = topk_mask(torch.where(neg, w, -inf), int(zeta * int(neg.sum())))
+    return mask & ~drop_pos & ~drop_neg
+
+
+def remove_inactive_neurons(
+    masks: dict[str, torch.Tensor | None], chains: list[tuple[str, str]]
+) -> None:
+    """ESML's removal of inactive neurons (Zhang et al. 2024, Sec. 3.1), in place on the
+    post-removal masks: for each consecutive pair (a, b) of ``chains`` (a's outputs feed b's
+    inputs), from the last pair to the first a hidden neuron without outgoing links in b loses
+    its incoming links in a; then from the first pair to the last a neuron without incoming
+    links in a loses its outgoing links in b (as the reference ``remove_unactive_links_*``).
+
+    Args:
+        masks: layer name -> bool ``(out, in)`` mask (None = dense, left alone).
+        chains: pairs of Linear layer names with ``a.out_features == b.in_features``.
+    """
+    for a, b in reversed(chains):
+        if masks[a] is not None and masks[b] is not None:
+            masks[a] = masks[a] & masks[b].any(dim=0)[:, None]
+    for a, b in chains:
+        if masks[a] is not None and masks[b] is not None:
+            masks[b] = masks[b] & masks[a].any(dim=1)[None, :]
+
+
+def swi_std(mask: torch.Tensor) -> float:
+    """SWI standard deviation of a sparse layer: ``sqrt(2 / mean fan-in)`` with the mean fan-in
+    ``nnz / n_active_outputs`` (Kaiming-normal with the fan-in of the sparse topology)."""
+    rows = mask.reshape(mask.shape[0], -1)
+    nnz = int(rows.sum())
+    active = int(rows.any(dim=1).sum())
+    return math.sqrt(2.0 * max(active, 1) / max(nnz, 1))
+
+
+@register("cht", pillar="dst")
+class CHT(Static):
+    """Cannistraci-Hebb Training (Zhang, Zhao, Wu, Muscoloni, Cannistraci, ICLR 2024), with the
+    components of the authors' CHT command (reference code ``Cannistraci-Hebb-training``,
+    ``run.py`` / ``sparse.py`` / ``model.py``).
+
+    1. Init: a random mask per layer (uniform density per layer, as the reference's
+       ``rand < sparsity``), then Sparse Weight Initialisation (SWI, ``init="swi"``): every
+       masked layer's weights are redrawn from N(0, 2 / fan_in_sparse), where fan_in_sparse =
+       nnz / n_out is the mean number of links into an output (``sqrt(2 / ((1 - S) n_in))``).
+    2. At the end of every ``update_interval``-th epoch (1, i.e. every epoch) but the last
+       (and, if ``end_fraction`` < 1, none ending after ``end_fraction`` of the steps; 1.0 as
+       published, where the early stop ends the evolution), in every masked layer: removal of
+       the fraction ``zeta`` = 0.3 of the positive and of the negative weights closest to
+       zero (weight magnitude, as SET); then removal of inactive
+       neurons (``remove_inactive``): along chains of consecutive Linear layers, links of
+       hidden neurons left without outgoing (then incoming) links are removed too.
+    3. Regrowth of as many links as were removed, by the top CH3-L3 scores
+       (:func:`ch3_l3_scores`) on the layer's bipartite graph after removal; removed links are
+       candidates too. Ties (e.g. score 0 when fewer candidates have a path) are broken at
+       random with the run generator, so every layer keeps its exact number of links (the
+       reference thresholds ``scores >= thre`` and may grow a different number). New links
+       start at zero (``regrowth_init="zero"``, the command's ``--update_mode zero``) with zero
+       optimizer state; a link removed and regrown in the same update keeps its value and
+       state, as in the reference (it was never gone).
+    4. Early stop (``early_stop``): a layer signals when the overlap |removed ∩ regrown| /
+       |regrown| exceeds ``early_stop_threshold`` = 0.9 (a layer whose removal drops nothing
+       counts as overlap 1); as in the reference, topology evolution stops for good once every
+       layer has signalled.
+
+    Conv2d layers (our extension: the paper applies CHT to MLP layers) are bipartite between
+    their ``in_channels * kh * kw`` flattened inputs and ``out_channels`` outputs.
+
+    Our choices: masks start random, not from CSTI (correlated sparse topological
+    initialisation, which needs hidden layers sized as multiples of the input); every prunable
+    layer is sparse, including the classifier the reference keeps dense; inactive-neuron
+    removal only along Linear -> Linear pairs in definition order whose sizes chain (a
+    residual CNN's convs do not form a plain chain); biases keep PyTorch's init.
+
+    Training FLOPs: ``3 f_S`` per example (Evci et al. 2020, Appendix H), plus each update's
+    link prediction, which is gradient-free but not free: we add :func:`ch3_l3_flops` of every
+    scored layer (co-neighbour counts and one multiply-add per path term); the O(nnz) removal
+    is not counted, as for SET. ``regrowth_seconds`` records the wall-clock seconds of each
+    update's regrowth (scoring and selection, all layers; ``regrowth_seconds_by_layer`` per
+    layer), ``regrowth_seconds_total`` their sum.
+
+    Source: Zhang, Zhao, Wu, Muscoloni, Cannistraci 2024, "Epitopological learning and
+    Cannistraci-Hebb network shape intelligence brain-inspired theory for ultra-sparse
+    advantage in deep learning", ICLR, Sec. 2 (CH3-L3 of Muscoloni et al. 2022), Sec. 3.1
+    (ESML: removal, regrowth, inactive neurons) and 3.2 (CHT: SWI, early stop); defaults from
+    the authors' CHT command (README of the reference code): zeta = 0.3, update every epoch,
+    uniform layer density, SWI, zero regrowth init, chain removal, early stop at 0.9 overlap.
+    """
+
+    @dataclass
+    class Params(Static.Params):
+        distribution: Literal["erk", "uniform"] = "uniform"
+        zeta: float = 0.3
+        update_interval: int = 1
+        early_stop: bool = True
+        early_stop_threshold: float = 0.9
+        remove_inactive: bool = True
+        init: Literal["swi", "default"] = "swi"
+        regrowth_init: Literal["zero", "swi"] = "zero"
+        end_fraction: float = 1.0
+
+        def validate(self) -> None:
+            if not 0.0 < self.zeta < 1.0:
+                raise ValueError(f"zeta must be in (0, 1), got {self.zeta}")
+            if self.update_interval < 1:
+                raise ValueError(f"update_interval must be >= 1 epoch, got {self.update_interval}")
+            if not 0.0 < self.end_fraction <= 1.0:
+                raise ValueError(f"end_fraction must be in (0, 1], got {self.end_fraction}")
+            if not 0.0 <= self.early_stop_threshold <= 1.0:
+                raise ValueError(
+                    f"early_stop_threshold must be in [0, 1], got {self.early_stop_threshold}"
+                )
+
+    def __init__(self, params, sparsity, ctx):
+        super().__init__(params, sparsity, ctx)
+        self.regrowth_seconds: list[float] = []
+        self.regrowth_seconds_by_layer: dict[str, list[float]] = {}
+        self.overlaps: list[dict[str, float]] = []
+        self.signalled: set[str] = set()
+        self.evolution_stopped = False
+        self.link_prediction_flops = 0.0
+
+    @property
+    def regrowth_seconds_total(self) -> float:
+        """Wall-clock seconds of all regrowth steps so far."""
+        return float(sum(self.regrowth_seconds))
+
+    # -- schedule ------------------------------------------------------------------------
+    @classmethod
+    def check_budget(
+        cls, params: Params, total_steps: int, steps_per_epoch: int | None = None
+    ) -> None:
+        """Refuse a run with no topology update. Updates follow epochs k, 2k, ... (k =
+        ``update_interval``) but not the last, while the epoch ends by ``T_end = end_fraction x
+        total_steps``; so the run needs more than k epochs and k epochs within T_end. Without
+        ``steps_per_epoch`` (spec validation) it assumes epochs of one step at least."""
+        k = params.update_interval
+        t_end = int(params.end_fraction * total_steps)
+        spe = steps_per_epoch or 1
+        epochs = total_steps // spe
+        if epochs <= k or k * spe > t_end:
+            what = f"{epochs} epochs" if steps_per_epoch else f"{total_steps} steps"
+            raise ValueError(
+                f"{cls.method_name}: no topology update would happen in {what}: updates follow "
+                f"every update_interval = {k}-th epoch but the last, up to T_end = end_fraction "
+                f"x total_steps = {t_end} steps; train longer or lower update_interval"
+            )
+
+    def is_update_epoch(self, epoch: int) -> bool:
+        """Whether the topology evolves at the end of 0-based ``epoch``."""
+        done = epoch + 1
+        t_end = int(self.params.end_fraction * self.ctx.total_steps)
+        return (
+            done % self.params.update_interval == 0
+            and done < self.ctx.epochs
+            and done * self.ctx.steps_per_epoch <= t_end
+        )
+
+    # -- init ----------------------------------------------------------------------------
+    def on_fit_start(self, trainer, pl_module) -> None:
+        store = pl_module.masks
+        self.check_budget(self.params, self.ctx.total_steps, self.ctx.steps_per_epoch)
+        self.check_model(self.params, store.layers)
+        self.init_masks(trainer, pl_module)
+        if self.params.init == "swi":
+            for name, mask in store.masks.items():
+                if mask is not None:
+                    w = store.weight(name)
+                    draw = torch.randn(w.shape, generator=self.ctx.generator) * swi_std(mask)
+                    w.data.copy_(draw.to(device=w.device, dtype=w.dtype) * mask)
+
+    def init_masks(self, trainer, pl_module) -> None:
+        """Random masks at the layer densities (Static's init)."""
+        Static.on_fit_start(self, trainer, pl_module)
+
+    @staticmethod
+    def linear_chains(layers: dict[str, nn.Module]) -> list[tuple[str, str]]:
+        """Consecutive (in definition order) Linear -> Linear pairs whose sizes chain."""
+        names = list(layers)
+        out = []
+        for a, b in zip(names, names[1:]):
+            la, lb = layers[a], layers[b]
+            if isinstance(la, nn.Linear) and isinstance(lb, nn.Linear):
+                if la.out_features == lb.in_features:
+                    out.append((a, b))
+        return out
+
+    # -- topology evolution --------------------------------------------------------------
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self.evolution_stopped or not self.is_update_epoch(trainer.current_epoch):
+            return
+        self.evolve(pl_module.masks)
+
+    @torch.no_grad()
+    def evolve(self, store) -> None:
+        """One CHT update of every masked layer of ``store`` (a MaskStore)."""
+        old = {n: m for n, m in store.masks.items() if m is not None}
+        kept: dict[str, torch.Tensor | None] = dict.fromkeys(store.masks)
+        for name, mask in old.items():
+            kept[name] = self.remove(name, store.weight(name), mask)
+        if self.params.remove_inactive:
+            remove_inactive_neurons(kept, self.linear_chains(store.layers))
+        overlaps, seconds = {}, 0.0
+        for name, mask in old.items():
+            w = store.weight(name)
+            if w.is_cuda:
+                torch.cuda.synchronize(w.device)
+            t0 = time.perf_counter()
+            grow = self.regrow(name, w, mask, kept[name])
+            if w.is_cuda:
+                torch.cuda.synchronize(w.device)
+            dt = time.perf_counter() - t0
+            seconds += dt
+            self.regrowth_seconds_by_layer.setdefault(name, []).append(dt)
+            removed = mask & ~kept[name]
+            n_grow = int(grow.sum())
+            overlaps[name] = float((removed & grow).sum()) / n_grow if n_grow else 1.0
+            new = kept[name] | grow
+            fresh = grow & ~mask  # newly active: initial value, zero optimizer state
+            if self.params.regrowth_init == "swi":
+                draw = torch.randn(w.shape, generator=self.ctx.generator) * swi_std(new)
+                w.data[fresh] = draw.to(device=w.device, dtype=w.dtype)[fresh]
+            else:
+                w.data[fresh] = 0.0
+            store.set_mask(name, new)
+        self.regrowth_seconds.append(seconds)
+        self.overlaps.append(overlaps)
+        if self.params.early_stop:
+            thr = self.params.early_stop_threshold
+            self.signalled |= {n for n, o in overlaps.items() if o > thr}
+            self.evolution_stopped = bool(old) and self.signalled >= set(old)
+
+    def remove(self, name: str, weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Links kept after the magnitude removal (bool, weight's shape)."""
+        return magnitude_removal(weight, mask, self.params.zeta)
+
+    def regrow(
+        self, name: str, weight: torch.Tensor, mask: torch.Tensor, kept: torch.Tensor
+    ) -> torch.Tensor:
+        """Links to grow (bool, weight's shape): ``mask.sum() - kept.sum()`` of the non-kept
+        positions with the top CH3-L3 scores on the flattened ``(out, in*kh*kw)`` graph of
+        ``kept``. Adds the scoring FLOPs to the run's counter."""
+        adj = kept.reshape(kept.shape[0], -1)
+        n_grow = int(mask.sum()) - int(kept.sum())
+        scores = ch3_l3_scores(adj)
+        self.add_link_prediction_flops(ch3_l3_flops(adj))
+        grow = top_k_random_ties(scores, ~adj, n_grow, self.ctx.generator)
+        return grow.view_as(kept)
+
+    def add_link_prediction_flops(self, flops: float) -> None:
+        self.link_prediction_flops += flops
+        self.ctx.flops.add(flops)

@@ -1,0 +1,252 @@
+import math
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+import sparsebench.methods.dst.cht  # noqa: F401  (registers "cht")
+from sparsebench.methods.dst.cht import (
+    CHT,
+    ch3_l3_flops,
+    ch3_l3_scores,
+    magnitude_removal,
+    remove_inactive_neurons,
+    swi_std,
+    top_k_random_ties,
+)
+from tests.methods.conftest import MaskWatcher
+
+
+def _graph(n_out, n_in, edges):
+    """Bool adjacency (n_out, n_in) from (input, output) pairs."""
+    adj = torch.zeros(n_out, n_in, dtype=torch.bool)
+    for i, o in edges:
+        adj[o, i] = True
+    return adj
+
+
+def _ch3_l3_by_paths(adj):
+    """CH3-L3 by enumerating paths and local communities literally (Muscoloni et al. 2022)."""
+    n_out, n_in = adj.shape
+    outs_of = [set(torch.nonzero(adj[:, i]).flatten().tolist()) for i in range(n_in)]
+    ins_of = [set(torch.nonzero(adj[o]).flatten().tolist()) for o in range(n_out)]
+    s = torch.zeros(n_out, n_in, dtype=torch.float64)
+    for u in range(n_in):
+        for v in range(n_out):
+            if adj[v, u]:
+                continue
+            paths = [(o, i) for o in outs_of[u] for i in ins_of[v] if adj[o, i]]
+            lc_out, lc_in = {o for o, _ in paths}, {i for _, i in paths}
+            for o, i in paths:
+                de_o = len([x for x in ins_of[o] if x not in lc_in and x != u])
+                de_i = len([y for y in outs_of[i] if y not in lc_out and y != v])
+                s[v, u] += 1.0 / math.sqrt((1 + de_o) * (1 + de_i))
+    return s
+
+
+def test_ch3_l3_on_a_three_by_three_chain():
+    # Inputs x0, x1, x2; outputs y0, y1, y2; 4 edges x0-y0, x1-y0, x1-y1, x2-y1 (y2 isolated).
+    # (x0, y1): one path x0-y0-x1-y1, LC = {y0, x1}. d_e(y0): neighbours {x0, x1} minus seed x0
+    #   minus LC x1 = 0; d_e(x1): {y0, y1} minus seed y1 minus LC y0 = 0. Score 1/sqrt(1*1) = 1.
+    # (x2, y0): one path x2-y1-x1-y0, symmetric: 1.
+    # (x0, y2), (x1, y2), (x2, y2): y2 has no neighbour, no path: 0.
+    adj = _graph(3, 3, [(0, 0), (1, 0), (1, 1), (2, 1)])
+    expected = torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.allclose(ch3_l3_scores(adj), expected)
+
+
+def test_ch3_l3_counts_external_degrees_by_hand():
+    # Inputs i0..i3, outputs o0..o2. Edges: i0-o0, i1-o0, i2-o0, i3-o0, i1-o1, i2-o1, i1-o2.
+    # N(o0) = {i0,i1,i2,i3}, N(o1) = {i1,i2}, N(o2) = {i1}; N(i1) = {o0,o1,o2}, N(i2) = {o0,o1}.
+    # (i0, o1): paths i0-o0-i1-o1 and i0-o0-i2-o1; LC = {o0, i1, i2}.
+    #   d_e(o0) = |{i0,i1,i2,i3} - seed i0 - LC {i1,i2}| = |{i3}| = 1
+    #   d_e(i1) = |{o0,o1,o2} - seed o1 - LC {o0}| = |{o2}| = 1;  d_e(i2) = |{}| = 0
+    #   score = 1/sqrt(2*2) + 1/sqrt(2*1) = 0.5 + 0.70711 = 1.20711.   (i3, o1): the same.
+    # (i0, o2): path i0-o0-i1-o2; LC = {o0, i1}.
+    #   d_e(o0) = |{i2, i3}| = 2, d_e(i1) = |{o1}| = 1: score 1/sqrt(3*2) = 0.40825. (i3, o2) too.
+    # (i2, o2): paths i2-o0-i1-o2 and i2-o1-i1-o2; LC = {o0, o1, i1}.
+    #   d_e(o0) = |{i0,i3}| = 2, d_e(o1) = |{}| = 0, d_e(i1) = |{o0,o1,o2} - o2 - {o0,o1}| = 0
+    #   score = 1/sqrt(3*1) + 1/sqrt(1*1) = 0.57735 + 1 = 1.57735.
+    adj = _graph(3, 4, [(0, 0), (1, 0), (2, 0), (3, 0), (1, 1), (2, 1), (1, 2)])
+    a, b, c = 0.5 + 1 / math.sqrt(2), 1 / math.sqrt(6), 1 / math.sqrt(3) + 1
+    expected = torch.tensor([[0, 0, 0, 0], [a, 0, 0, a], [b, 0, c, b]], dtype=torch.float32)
+    assert torch.allclose(ch3_l3_scores(adj), expected, atol=1e-6)
+    # Small batches give the same sums.
+    assert torch.allclose(ch3_l3_scores(adj, max_elems=1), expected, atol=1e-6)
+
+
+def test_ch3_l3_matches_path_enumeration_on_random_graphs():
+    g = torch.Generator().manual_seed(1)
+    for _ in range(25):
+        n_out, n_in = torch.randint(1, 10, (2,), generator=g).tolist()
+        adj = torch.rand(n_out, n_in, generator=g) < torch.rand(1, generator=g).item()
+        got = ch3_l3_scores(adj, max_elems=64).double()
+        assert torch.allclose(got, _ch3_l3_by_paths(adj), atol=1e-5)
+
+
+def test_link_weights_multiply_each_path_term():
+    adj = _graph(3, 4, [(0, 0), (1, 0), (2, 0), (3, 0), (1, 1), (2, 1), (1, 2)])
+    plain = ch3_l3_scores(adj)
+    assert torch.allclose(ch3_l3_scores(adj, torch.ones(3, 4)), plain)
+    w = torch.ones(3, 4)
+    w[0, 3] = 8.0  # link i3-o0 is on every path from i3, and on no path from i0
+    weighted = ch3_l3_scores(adj, w)
+    assert weighted[1, 3] == pytest.approx(8 * float(plain[1, 3]))
+    assert weighted[1, 0] == pytest.approx(float(plain[1, 0]))
+
+
+def test_flops_count_paths_and_co_neighbours():
+    adj = _graph(3, 3, [(0, 0), (1, 0), (1, 1), (2, 1)])
+    # deg_out = (2, 2, 0), deg_in = (1, 2, 1): co-neighbour work 8 + 6; walks through each
+    # link deg(o) * deg(i): 2*1 + 2*2 + 2*2 + 2*1 = 12.
+    assert ch3_l3_flops(adj) == 2 * 14 + 2 * 12
+    assert ch3_l3_flops(adj, weighted=True) == 2 * 14 + 4 * 12
+
+
+def test_top_k_grows_best_scores_and_breaks_ties_at_random():
+    scores = torch.tensor([[3.0, 0.0, 0.0, 0.0], [2.0, 0.0, 0.0, 5.0]])
+    cand = torch.ones(2, 4, dtype=torch.bool)
+    cand[1, 3] = False  # an existing link, not a candidate
+    picks = set()
+    for seed in range(20):
+        grow = top_k_random_ties(scores, cand, 3, torch.Generator().manual_seed(seed))
+        assert int(grow.sum()) == 3 and not grow[1, 3]
+        assert grow[0, 0] and grow[1, 0]  # the two positive scores first
+        picks.add(tuple(grow.flatten().tolist()))
+    assert len(picks) > 1  # the zero-score tie is broken differently by different seeds
+    a = top_k_random_ties(scores, cand, 3, torch.Generator().manual_seed(7))
+    b = top_k_random_ties(scores, cand, 3, torch.Generator().manual_seed(7))
+    assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="cannot grow"):
+        top_k_random_ties(scores, cand, 8, torch.Generator())
+
+
+def test_magnitude_removal_drops_zeta_of_each_sign_closest_to_zero():
+    w = torch.tensor([[-3.0, -2.0, -1.0, -0.5, 0.5, 1.0, 2.0, 3.0, 0.0, 0.0]])
+    mask = w != 0
+    kept = magnitude_removal(w, mask, 0.5)
+    assert kept.tolist() == [[True, True, False, False, False, False, True, True, False, False]]
+
+
+def test_inactive_neurons_lose_their_links_backward_then_forward():
+    # a: 3 hidden <- 2 inputs; b: 2 outputs <- 3 hidden.
+    a = torch.tensor([[1, 1], [0, 0], [1, 0]], dtype=torch.bool)  # hidden 1 has no input
+    b = torch.tensor([[1, 1, 0], [0, 1, 0]], dtype=torch.bool)  # hidden 2 has no output
+    masks = {"a": a.clone(), "b": b.clone()}
+    remove_inactive_neurons(masks, [("a", "b")])
+    assert masks["a"].tolist() == [[True, True], [False, False], [False, False]]
+    assert masks["b"].tolist() == [[True, False, False], [False, False, False]]
+
+
+def test_swi_std_uses_the_sparse_fan_in():
+    mask = torch.zeros(4, 100, dtype=torch.bool)
+    mask[:, :25] = True  # 25 links into each of the 4 outputs
+    assert swi_std(mask) == pytest.approx(math.sqrt(2 / 25))
+
+
+def test_cht_keeps_exact_layer_nnz_and_evolves_each_epoch(tiny_fit):
+    watcher = MaskWatcher()
+    module, m = tiny_fit("cht", 0.8, {"early_stop": False}, epochs=4, extra_callbacks=[watcher])
+    assert all(n == watcher.nnz[0] for n in watcher.nnz)
+    per_epoch = watcher.masks[9::10]  # last batch of each epoch (10 batches per epoch)
+    for name in ("0", "2", "4"):
+        assert not torch.equal(per_epoch[0][name], per_epoch[1][name]), name
+    assert module.masks.sparsity() == pytest.approx(0.8, abs=0.01)
+    # Updates after epochs 1, 2, 3, not after the last; each one timed.
+    assert len(m.regrowth_seconds) == 3 and len(m.overlaps) == 3
+    assert m.regrowth_seconds_total == pytest.approx(sum(m.regrowth_seconds))
+    assert set(m.regrowth_seconds_by_layer) == {"0", "2", "4"}
+
+
+class _GrowthWatcher(pl.Callback):
+    """After the method's epoch-end update: values and momentum of newly active weights."""
+
+    def __init__(self):
+        self.before, self.grown = {}, []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.before = {n: m.clone() for n, m in pl_module.masks.masks.items() if m is not None}
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        store = pl_module.masks
+        opt = trainer.optimizers[0]
+        for name, old in self.before.items():
+            fresh = store.masks[name] & ~old
+            w = store.weight(name)
+            buf = opt.state[w]["momentum_buffer"]
+            self.grown.append((int(fresh.sum()), w[fresh].abs().sum(), buf[fresh]))
+
+
+def test_regrown_weights_start_at_zero_with_zero_momentum(tiny_fit):
+    watcher = _GrowthWatcher()
+    tiny_fit("cht", 0.8, {"early_stop": False}, epochs=3, extra_callbacks=[watcher])
+    assert sum(n for n, _, _ in watcher.grown) > 0
+    for _, wmax, buf in watcher.grown:
+        assert float(wmax) == 0.0
+        assert torch.all(buf == 0)
+
+
+def test_swi_initialises_the_sparse_layers(tiny_fit):
+    class Start(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            store = pl_module.masks
+            self.std = {n: float(store.weight(n)[m].std()) for n, m in store.masks.items()}
+            self.swi = {n: swi_std(m) for n, m in store.masks.items()}
+
+    s = Start()
+    tiny_fit("cht", 0.5, epochs=2, extra_callbacks=[s])
+    # Layer "0" (32 x 12 at density 0.5): 192 weights from N(0, 2/6).
+    assert s.swi["0"] == pytest.approx(math.sqrt(2 / 6), rel=0.01)
+    assert s.std["0"] == pytest.approx(s.swi["0"], rel=0.2)
+
+
+def test_early_stop_freezes_the_topology_once_every_layer_signals(tiny_fit):
+    watcher = MaskWatcher()
+    _, m = tiny_fit("cht", 0.8, {"early_stop_threshold": 0.0}, epochs=5, extra_callbacks=[watcher])
+    # A layer signals once an update regrows some link it just removed (overlap > 0); the
+    # signals persist, and evolution stops after the update where the last layer signals.
+    signalled, stop = set(), None
+    for k, overlaps in enumerate(m.overlaps):
+        signalled |= {n for n, o in overlaps.items() if o > 0.0}
+        if signalled == {"0", "2", "4"}:
+            stop = k
+            break
+    assert stop is not None and stop < 3  # so that the run has epochs left to freeze
+    assert m.evolution_stopped and len(m.overlaps) == stop + 1
+    after = watcher.masks[10 * (stop + 1) :]  # batches after the last update
+    assert all(torch.equal(a[n], after[0][n]) for a in after for n in ("0", "2", "4"))
+    assert not all(torch.equal(watcher.masks[0][n], after[0][n]) for n in ("0", "2", "4"))
+
+
+def test_cht_counts_link_prediction_flops(tiny_fit):
+    module, m = tiny_fit("cht", 0.8, {"early_stop": False}, epochs=3)
+    flops = m.ctx.flops
+    f_s = sum(f * d for f, d in zip(flops.dense_flops.values(), module.masks.densities().values()))
+    assert m.link_prediction_flops > 0
+    assert flops.total == pytest.approx(3 * f_s * 160 * 3 + m.link_prediction_flops)
+
+
+def test_too_short_run_is_refused():
+    with pytest.raises(ValueError, match="no topology update would happen"):
+        CHT.check_budget(CHT.Params(), total_steps=10, steps_per_epoch=10)  # 1 epoch
+    CHT.check_budget(CHT.Params(), total_steps=20, steps_per_epoch=10)
+    with pytest.raises(ValueError, match="no topology update would happen"):
+        CHT.check_budget(CHT.Params(update_interval=2), total_steps=20, steps_per_epoch=10)
+    with pytest.raises(ValueError, match="no topology update would happen"):
+        CHT.check_budget(CHT.Params(), total_steps=1)
+
+
+def test_end_fraction_stops_the_evolution_early(tiny_fit):
+    _, m = tiny_fit("cht", 0.8, {"early_stop": False, "end_fraction": 0.5}, epochs=4)
+    assert len(m.overlaps) == 2  # after epochs 1 and 2 (step 20 <= T_end = 20), not 3
+    with pytest.raises(ValueError, match="no topology update would happen"):
+        CHT.check_budget(CHT.Params(end_fraction=0.05), total_steps=100, steps_per_epoch=10)
+
+
+def test_bad_params_are_refused():
+    from sparsebench.suite.registry import RegistryError, build_params
+
+    with pytest.raises(RegistryError, match="zeta must be in"):
+        build_params("cht", {"zeta": 0.0})
+    with pytest.raises(RegistryError, match="early_stop_threshold"):
+        build_params("cht", {"early_stop_threshold": 1.5})

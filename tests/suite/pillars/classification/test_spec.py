@@ -1,0 +1,70 @@
+"""Classification spec keys of issue 11: the shared `distribution`, per-task `methods`, and
+CNN-only methods on an MLP."""
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from sparsebench.suite.pillar import get_pillar
+from sparsebench.suite.spec import SpecError, load
+
+BASE = {
+    "benchmark": "t",
+    "tasks": {
+        "mlp": {"dataset": "digits", "model": "lenet300_100",
+                "recipe": {"epochs": 2, "batch_size": 32, "lr": 0.1}},
+        "cnn": {"dataset": "digits", "model": "lenet5",
+                "recipe": {"epochs": 2, "batch_size": 32, "lr": 0.1}},
+    },
+    "methods": {"dense": {}, "static": {}, "snip": {}},
+    "sparsities": [0.9],
+    "seeds": [0],
+}  # fmt: skip
+
+
+def _load(tmp_path, data):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load(path)
+
+
+def _digits_cnn(data):
+    # digits are 8x8: LeNet-5 needs 16x16, so the CNN task runs on mnist5k
+    data["tasks"]["cnn"]["dataset"] = "mnist5k"
+    return data
+
+
+def test_shared_distribution_fills_every_method_that_has_one(tmp_path):
+    data = _digits_cnn(copy.deepcopy(BASE))
+    data["distribution"] = "uniform"
+    data["methods"]["snip"] = {"distribution": "global"}  # a method's own value wins
+    cells = get_pillar("classification").cells(_load(tmp_path, data))
+    params = {c.method: json.loads(c.params_json) for c in cells}
+    assert params["static"]["distribution"] == "uniform"
+    assert params["snip"]["distribution"] == "global"
+    assert "distribution" not in params["dense"]
+
+
+def test_a_dst_method_refuses_a_global_distribution(tmp_path):
+    data = _digits_cnn(copy.deepcopy(BASE))
+    data["distribution"] = "global"
+    with pytest.raises(SpecError, match=r"distribution: 'global' for methods.static.*'erk'"):
+        _load(tmp_path, data)
+
+
+def test_cnn_only_method_on_an_mlp_is_refused_and_a_task_filter_allows_it(tmp_path):
+    data = _digits_cnn(copy.deepcopy(BASE))
+    data["methods"]["cht_channel"] = {}
+    with pytest.raises(SpecError, match=r"methods.cht_channel .* on tasks.mlp: cht_channel needs"):
+        _load(tmp_path, data)
+    data["tasks"]["mlp"]["methods"] = ["dense", "static", "snip"]
+    cells = get_pillar("classification").cells(_load(tmp_path, data))
+    assert {(c.columns["task"], c.method) for c in cells if c.method == "cht_channel"} == {
+        ("cnn", "cht_channel")
+    }
+    assert sum(c.columns["task"] == "mlp" for c in cells) == 3
+    data["tasks"]["mlp"]["methods"] = ["dense", "rigel"]
+    with pytest.raises(SpecError, match=r"tasks.mlp.methods: 'rigel' not in the spec's"):
+        _load(tmp_path, data)
