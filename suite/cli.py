@@ -356,6 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # TableError and other input errors: message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader closed the pipe (`sparsebench validate spec.yaml | head`): not an error;
+        # point stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -2,8 +2,11 @@
 
 Dense forward FLOPs come from ``torch.utils.flop_counter.FlopCounterMode`` (which counts
 2 x MACs for matmuls and convolutions), per module. A sparse layer's FLOPs are its dense FLOPs
-scaled by its density; other operations (pooling, norms, activations) are not counted, as in the
-RigL paper's accounting, which counts the multiply-adds of convolutions and dense layers.
+scaled by its density; other operations (bias adds, activations, pooling, norms) are not
+counted. This is NOT the RigL paper's count: its MicroNet counter also counts bias adds and
+activations, so our absolute FLOPs are somewhat lower than theirs for the same network, and our
+sparse/dense ratios somewhat lower too (the uncounted terms do not shrink with density). What
+we take from Evci et al. is the training-step rule below, not parity of absolute numbers.
 
 Training FLOPs follow Evci et al. 2020 ("Rigging the Lottery", Sec. 4 and Appendix H): one
 training step on one example costs the forward pass plus twice it for the backward pass,

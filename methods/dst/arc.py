@@ -60,7 +60,18 @@ class Arc(AcDc):
         iteration's optimizer step (that step is an ordinary sparse step), on the weights
         after it and the gradient of its batch.
 
-    Our choices (only the outline above is given by the source): IoU rather than overlap, with
+    Our choices (only the outline "AC/DC with zero-initialised reintroduced weights, dense
+    phases truncated on mask convergence, and a sparse rewiring phase that updates the active
+    mask plus a small high-gradient fraction of out-of-mask weights" is given by the source):
+    resetting the optimizer state of the reintroduced weights only (AC/DC already
+    reintroduces at zero, so this is the one difference in (a)); "convergence" read as the
+    next compression's mask agreeing with the PREVIOUS compressed phase's mask, which, since
+    reintroduced weights restart at zero, often holds at the first check, so ARC's dense
+    phases are short (the record's FLOPs and the method's ``truncations`` show how short);
+    the truncated steps going to the next compressed phase; the last decompressed phase being
+    truncatable too; rewiring in every compressed stretch including the final one; rewiring
+    as RigL-style drop-smallest/grow-largest-gradient, where a weight just dropped cannot be
+    regrown in the same update (RigL's Algorithm 1 lets it); IoU rather than overlap, with
     threshold 0.9 (with equal mask sizes, IoU 0.9 is 94.7% of the kept weights in common);
     ``check_interval`` = ``rewire_interval`` = one tenth of a regular phase (``null``, the
     default; at least 1 step): ten checks and ten rewirings per phase at any run length (RigL's
@@ -139,7 +150,7 @@ class Arc(AcDc):
         if check >= p:
             raise ValueError(
                 f"arc: no convergence check would happen: check_interval = "
-                f"{check} >= the {p}-step decompressed phases of a "
+                f"{check} >= the {p}-step phases of a "
                 f"{total_steps}-step run; lower check_interval or train longer"
             )
         if 2 * rewire >= p:

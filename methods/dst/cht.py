@@ -350,6 +350,7 @@ class CHT(Static):
             if w.is_cuda:
                 torch.cuda.synchronize(w.device)
             dt = time.perf_counter() - t0
+            self.count_pending()  # outside the timer: bookkeeping, not regrowth
             seconds += dt
             self.regrowth_seconds_by_layer.setdefault(name, []).append(dt)
             removed = mask & ~kept[name]
@@ -383,9 +384,21 @@ class CHT(Static):
         adj = kept.reshape(kept.shape[0], -1)
         n_grow = int(mask.sum()) - int(kept.sum())
         scores = ch3_l3_scores(adj)
-        self.add_link_prediction_flops(ch3_l3_flops(adj))
+        self.count_later(adj)
         grow = top_k_random_ties(scores, ~adj, n_grow, self.ctx.generator)
         return grow.view_as(kept)
+
+    def count_later(self, adj: torch.Tensor, weighted: bool = False) -> None:
+        """Queue the link-prediction FLOPs of scoring ``adj`` (counted after the timed
+        regrowth by :meth:`count_pending`, so the wall-clock times the regrowth only)."""
+        if not hasattr(self, "_pending"):
+            self._pending: list[tuple[torch.Tensor, bool]] = []
+        self._pending.append((adj, weighted))
+
+    def count_pending(self) -> None:
+        for adj, weighted in getattr(self, "_pending", ()):
+            self.add_link_prediction_flops(ch3_l3_flops(adj, weighted=weighted))
+        self._pending = []
 
     def add_link_prediction_flops(self, flops: float) -> None:
         self.link_prediction_flops += flops

@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from sparsebench.methods.dst.cht import CHT, ch3_l3_flops, ch3_l3_scores, top_k_random_ties
+from sparsebench.methods.dst.cht import CHT, ch3_l3_scores, top_k_random_ties
 from sparsebench.suite.masks import layer_densities, n_keep, topk_mask
 from sparsebench.suite.registry import register
 
@@ -145,6 +145,6 @@ class CHTChannel(CHT):
         if weighted:
             weights = modulation_weights(kernel_norms(weight, self.params.kernel_norm), k_kept)
         scores = ch3_l3_scores(k_kept, weights)
-        self.add_link_prediction_flops(ch3_l3_flops(k_kept, weighted=weighted))
+        self.count_later(k_kept, weighted=weighted)
         grow = top_k_random_ties(scores, ~k_kept, n_grow, self.ctx.generator)
         return expand_kernels(grow, weight.shape)

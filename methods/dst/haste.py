@@ -20,7 +20,11 @@ class HASTE(RigL):
 
     Of the seed paper only its one-line summary is known ("hardware-aware DST with group-shared
     fixed fan-in for a large output layer"); everything below beyond that line is our reading,
-    and every choice of ours is marked (ours).
+    and every choice of ours is marked (ours). The structure is meant for a LARGE output layer:
+    with ``n_out <= group_size`` (a 10-way head) the whole layer is one group, i.e. the
+    layer's input columns are pruned together, and hidden units left without an outgoing link
+    are not cleaned up; ``suite/benchmarks/dst.yaml`` runs HASTE on the 1,000-way ``wide1k``
+    task for that reason.
 
     Structure. The output layer is the model's last prunable layer, an ``nn.Linear`` with weight
     ``(n_out, n_in)`` (n_out = classes). Its output units are cut into ``ceil(n_out / G)``
@@ -103,9 +107,10 @@ class HASTE(RigL):
 
     @classmethod
     def check_model(cls, params: Params, layers: dict[str, nn.Module]) -> None:
-        """Refuse a model whose last prunable layer (definition order) is not ``nn.Linear``.
+        """Refuse a model whose last prunable layer (definition order) is not ``nn.Linear``, or
+        has no more output units than ``group_size`` (one group: not a large output layer).
 
-        Raises: ValueError naming the layer and its type."""
+        Raises: ValueError naming the layer, its type or size, and what to change."""
         if not layers:
             raise ValueError("haste: the model has no prunable layer")
         name, last = next(reversed(layers.items()))
@@ -114,6 +119,13 @@ class HASTE(RigL):
                 f"haste: the last prunable layer {name!r} is {type(last).__name__}; HASTE needs "
                 f"the output layer to be an nn.Linear (weight (n_classes, in_features)) to give "
                 f"it a group-shared fixed fan-in"
+            )
+        if last.out_features <= params.group_size:
+            raise ValueError(
+                f"haste: the output layer {name!r} has {last.out_features} units, not more than "
+                f"group_size = {params.group_size}: the whole layer would be one group (input "
+                f"columns pruned together), not HASTE's large output layer; use a many-class "
+                f"task (e.g. dataset wide1k) or a smaller group_size"
             )
 
     # -- allocation ----------------------------------------------------------------------

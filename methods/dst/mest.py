@@ -72,6 +72,10 @@ class MEST(Static):
     * Initial mask: the largest-magnitude ``n`` weights of each layer's random initialisation,
       as the code's ``--sp-prune-before-retrain``. The code also leaves the classifier dense,
       which ``dense_first_layer`` cannot express: here the last layer is sparse like the others.
+    * ``dense_first_layer`` defaults to false. The code keeps the first conv of ResNet-32
+      dense, under 0.2 % of its weights; on LeNet-300-100 the first layer holds 88 % of the
+      weights, so a dense first layer would train MEST at about 9x the density of every other
+      method of the board. ``dense_first_layer: true`` gives the code's profile.
     * The score and the top-k are computed per layer, O(numel), not counted as FLOPs.
 
     Training FLOPs: ``3 f_S`` per example at the masks of each iteration, nothing else. The
@@ -93,7 +97,7 @@ class MEST(Static):
     @dataclass
     class Params(Static.Params):
         distribution: Literal["erk", "uniform"] = "uniform"
-        dense_first_layer: bool = True
+        dense_first_layer: bool = False
         mutation_rate: float = 0.2
         mutation_decay: float = 0.5
         decay_fraction: float = 0.5625

@@ -29,10 +29,12 @@ class SET(Static):
     the connections grown in the last epochs barely trained while the nominal density counts
     them, so the default stops at ``end_fraction = 0.75`` as Evci et al.'s SET baseline does
     (the record's ``trained_density`` shows the difference). With an integer
-    ``update_interval`` the update happens every ΔT optimizer steps instead, with ``zeta``
-    decayed by ``drop_fraction_anneal`` (RigL's Eq. 1 cosine): ``{update_interval: 100,
-    drop_fraction_anneal: cosine, regrowth_init: zero}`` is Evci et al. 2020's SET baseline
-    (their Sec. 4: RigL's schedule with random growth at zero).
+    ``update_interval`` the update happens after iterations 0, ΔT, 2ΔT, ... < T_end instead
+    (as the reference's ``SparseSETOptimizer``), dropping ``int(ζ(t) nnz)`` weights of
+    smallest magnitude with both signs pooled, ζ decayed by ``drop_fraction_anneal`` (RigL's
+    Eq. 1 cosine): ``{update_interval: 100, drop_fraction_anneal: cosine, regrowth_init:
+    zero}`` is Evci et al. 2020's SET baseline (their Sec. 4: RigL's schedule with random
+    growth at zero).
 
     Algorithm 1 adds "new random weights"; ``regrowth_init`` says how: ``"init"`` (default)
     draws N(0, σ_l²) with σ_l the standard deviation of layer l's weights at initialization
@@ -75,9 +77,20 @@ class SET(Static):
                 )
 
     @classmethod
-    def check_budget(cls, params: Params, total_steps: int) -> None:
+    def check_budget(
+        cls, params: Params, total_steps: int, steps_per_epoch: int | None = None
+    ) -> None:
         t_end = int(params.end_fraction * total_steps)
         interval = params.update_interval
+        if interval is None and steps_per_epoch is not None:
+            # Epoch mode: the first update is at the end of epoch 1, never after the last one.
+            if total_steps <= steps_per_epoch or steps_per_epoch > t_end:
+                raise ValueError(
+                    f"set: no topology update would happen: updates come at epoch ends before "
+                    f"T_end = {t_end} of {total_steps} steps and never after the last epoch, "
+                    f"and an epoch is {steps_per_epoch} steps; train at least 2 epochs (with "
+                    f"end_fraction x epochs >= 1) or set update_interval"
+                )
         if interval is not None and t_end <= interval:
             raise ValueError(
                 f"set: no topology update would happen: T_end = end_fraction x total_steps = "
@@ -96,7 +109,7 @@ class SET(Static):
         return self.params.zeta / 2.0 * (1.0 + math.cos(math.pi * step / self.t_end))
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        self.check_budget(self.params, self.ctx.total_steps)
+        self.check_budget(self.params, self.ctx.total_steps, self.ctx.steps_per_epoch)
         store = pl_module.masks
         # The layer's init scale, before the masks zero most of it.
         self.init_std = {n: float(store.weight(n).detach().std()) for n in store.layers}
@@ -121,9 +134,10 @@ class SET(Static):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         interval = self.params.update_interval
-        step = trainer.global_step  # optimizer steps done
-        if interval is not None and step % interval == 0 and 0 < step < self.t_end:
-            self._evolve_all(pl_module, step)
+        it = trainer.global_step - 1  # 0-based index of the iteration that just stepped
+        if interval is not None and it % interval == 0 and it < self.t_end:
+            # As the reference's SET (last_update_step = -ΔT): iterations 0, ΔT, 2ΔT, ...
+            self._evolve_all(pl_module, it)
 
     @torch.no_grad()
     def evolve(
@@ -140,13 +154,18 @@ class SET(Static):
         """
         zeta = self.params.zeta if zeta is None else zeta
         w = weight.detach()
-        pos = mask & (w >= 0)
-        neg = mask & (w < 0)
         inf = torch.full_like(w, math.inf)
-        # Closest to zero first: smallest positives, largest (least negative) negatives.
-        drop_pos = topk_mask(torch.where(pos, -w, -inf), int(zeta * int(pos.sum())))
-        drop_neg = topk_mask(torch.where(neg, w, -inf), int(zeta * int(neg.sum())))
-        kept = mask & ~drop_pos & ~drop_neg
+        if self.params.update_interval is None:
+            pos = mask & (w >= 0)
+            neg = mask & (w < 0)
+            # Closest to zero first: smallest positives, largest (least negative) negatives.
+            drop_pos = topk_mask(torch.where(pos, -w, -inf), int(zeta * int(pos.sum())))
+            drop_neg = topk_mask(torch.where(neg, w, -inf), int(zeta * int(neg.sum())))
+            kept = mask & ~drop_pos & ~drop_neg
+        else:
+            # Evci et al.'s SET: drop int(zeta * nnz) by plain magnitude, signs pooled.
+            n_active = int(mask.sum())
+            kept = topk_mask(torch.where(mask, w.abs(), -inf), n_active - int(zeta * n_active))
         n_grow = int(mask.sum()) - int(kept.sum())
         scores = torch.rand(w.shape, generator=self.ctx.generator).to(w.device)
         grow = topk_mask(torch.where(kept, -inf, scores), n_grow)

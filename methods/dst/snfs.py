@@ -40,7 +40,8 @@ class SNFS(Static):
     capacity are capped and the overflow goes to the other layers in proportion to their
     shares, repeatedly (water-filling), then the shares are rounded by largest remainder.
     The per-layer densities therefore move under redistribution (a layer can even become
-    fully dense); only the global density is exact. Layers that start dense (no mask, e.g.
+    fully dense, which the reference prevents by capping regrowth at 0.99 of a layer's free
+    positions); only the global density is exact. Layers that start dense (no mask, e.g.
     ``dense_first_layer``) take no part.
 
     The prune rate follows the reference's ``CosineDecay`` stepped every optimizer step:

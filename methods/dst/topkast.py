@@ -52,7 +52,8 @@ class TopKAST(Static):
     * Regulariser: R = λ/2 · (Σ_{A} θ² + Σ_{B\\A} θ² / D) per layer. Sec. 2.3 writes the
       per-weight terms as |θ_i| and |θ_i|/D but calls the penalty an L2 regularisation, and
       Algorithm 1 adds l2(A) + l2(B \\ A) / (X/100): we use squares. D is the run's global
-      forward density (the paper's network density 1 - S; the pseudocode's X/100). The
+      forward density (the paper's network density 1 - S; the pseudocode's X/100; under
+      ERK the layers' own densities differ from it: we keep the global D, our reading). The
       coefficient is the paper's weight decay (Appendix B: 1e-4 for Top-KAST on ImageNet), so
       λ = the ``weight_decay`` of the trainer optimizer's param group holding the layer
       (``exploration_l2`` overrides it); the ½ makes the gradient on A exactly the recipe's
@@ -67,9 +68,12 @@ class TopKAST(Static):
       is available but off so the spec's global density is exact; a dense last layer is not
       available in this suite.
 
-    Training FLOPs per example: f_S(D) for the sparse forward and 2·f_S(D+M) for the backward,
-    whose cost scales with the backward density (Sec. 2.4): ``FlopsCallback`` counts 3·f_S(D)
-    at A and the method adds 2·(f_S(D+M) - f_S(D)) per example each step, at the step's B.
+    Training FLOPs per example, counted pass by pass as RigL's accounting (Evci et al. 2020,
+    App. H): f_S(D) for the sparse forward, f_S(D) for the activation gradients (they need only
+    α, which is zero outside A) and f_S(D+M) for the weight gradients on B (the backward
+    density of Sec. 2.4): ``FlopsCallback`` counts 3·f_S(D) at A and the method adds
+    (f_S(D+M) - f_S(D)) per example each step, at the step's B. (Counting the whole backward
+    at B, 2·f_S(D+M), would overstate Top-KAST's cost by 25 % at the default ratio.)
     Not counted: the top-K and the regulariser (O(numel) per layer, "much fewer" FLOPs than
     training, Sec. 2.4), and the dense gradient this dense-mask emulation captures to read
     ∇_α L on B (an implementation detail: a real implementation computes it on B only).
@@ -248,7 +252,7 @@ class TopKAST(Static):
                 w.copy_(theta * fwd)
                 store.set_mask(name, fwd)
                 w.grad = None  # the trainer's optimizer skips the weight: θ was stepped here
-        flops.add(2.0 * (f_bwd - f_fwd) * self._batch_size)
+        flops.add((f_bwd - f_fwd) * self._batch_size)  # weight gradients on B \ A
 
     # -- the private optimizer of the reservoirs -----------------------------------------
     def _sync_optimizer(self, optimizer, store: MaskStore) -> None:

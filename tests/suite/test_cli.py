@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from sparsebench.suite import paths
 from sparsebench.suite.cli import main
 from sparsebench.suite.record import write_json_atomic
@@ -62,3 +64,26 @@ def test_validate_reports_a_bad_spec_with_exit_2(tmp_path, capsys):
     spec.write_text("benchmark: x\ntasks: {}\nmethods: {dense: {}}\n")
     assert main(["validate", str(spec)]) == 2
     assert "s.yaml: tasks" in capsys.readouterr().err
+
+
+def test_validate_into_a_closed_pipe_is_not_a_traceback(monkeypatch):
+    """`sparsebench validate spec.yaml | head -1`: the reader closes the pipe early."""
+    import os
+    import sys
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            return 99
+
+    redirected = []
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    monkeypatch.setattr(os, "dup2", lambda fd, to: redirected.append(to))
+    spec = Path(__file__).parents[2] / "suite/benchmarks/default.yaml"
+    assert main(["validate", str(spec)]) == 0
+    assert redirected == [99]  # stdout pointed at /dev/null for the final flush

@@ -142,7 +142,10 @@ def test_setting_ids_and_cell_ids_are_pinned():
         "mnist5k_lenet300/dense/default/s0/seed0",
         "mnist5k_lenet300/dense/default/s0/seed1",
     ]
-    assert "mnist5k_lenet300/set/p3a94c0c901/s0.98/seed2" in ids["classification"]
+    # SET's authors' constant N(0, 0.1^2) is a named variant since issue 11 (default: init scale)
+    set_normal = registry.setting_id(registry.build_params("set", {"regrowth_init": "normal"}))
+    assert set_normal == "pfffbf46582"
+    assert "mnist5k_lenet300/set/pfffbf46582/s0.98/seed2" in ids["classification"]
     assert ids["hessian"][0] == "alkane/pair/dense/n10"
     assert ids["kernels"] == ["4096x4096/s0.9/b64", "4096x4096/s0.95/b64", "4096x4096/s0.99/b64"]
     assert len(ids["classification"]) == 66 and len(ids["hessian"]) == 16

@@ -75,13 +75,10 @@ class ClassificationPillar(Pillar):
     # ------------------------------------------------------------------ spec
     def example(self, method: str | None = None) -> dict[str, Any]:
         methods = {method: {}} if method else {"dense": {}, "rigl": {}}
-        # 3 x 72 steps: long enough for the published schedules at their defaults (GMP, RigL)
-        recipe = {"epochs": 3, "batch_size": 16, "lr": 0.05}
+        name, task = _example_task(method)
         return {
             "infer": {"batch_size": 8, "repeats": 2},
-            "tasks": {
-                "digits_mlp": {"dataset": "digits", "model": "lenet300_100", "recipe": recipe}
-            },  # fmt: skip
+            "tasks": {name: task},
             "methods": methods,
             "sparsities": [0.9],
         }
@@ -223,8 +220,47 @@ def settings(spec: Spec, method: str):
     where = f"{spec.source}: methods.{method}"
     if shared is not None and "distribution" in fields and "distribution" not in raw:
         raw["distribution"] = shared
-        where = f"{spec.source}: distribution: {shared!r} for methods.{method}"
+        where = (
+            f"{spec.source}: methods.{method} (with the spec's distribution: {shared!r}; "
+            "global is for pruning methods and acdc/arc)"
+        )
     return expand_grid(info, raw, where)
+
+
+# Tiny tasks for a method's example spec, tried in order until the method's check_model
+# accepts the model: the MLP on digits (3 x 79 steps: enough for the published schedules of
+# GMP and RigL), LeNet-5 on mnist5k for CNN-only methods (2 epochs: CHT acts at epoch ends),
+# the MLP on the 1,000-class wide1k for HASTE's large output layer (157 steps: RigL's T_end
+# passes ΔT = 100).
+_EXAMPLE_TASKS = (
+    ("digits_mlp", {"dataset": "digits", "model": "lenet300_100",
+                    "recipe": {"epochs": 3, "batch_size": 16, "lr": 0.05}}),
+    ("mnist5k_cnn", {"dataset": "mnist5k", "model": "lenet5",
+                     "recipe": {"epochs": 2, "batch_size": 64, "lr": 0.05}}),
+    ("wide1k_mlp", {"dataset": "wide1k", "model": "lenet300_100",
+                    "recipe": {"epochs": 1, "batch_size": 128, "lr": 0.05}}),
+)  # fmt: skip
+
+
+def _example_task(method: str | None) -> tuple[str, dict[str, Any]]:
+    if method is None:
+        return _EXAMPLE_TASKS[0]
+    from sparsebench.suite.data import DATASET_INFO
+    from sparsebench.suite.masks import prunable_layers
+    from sparsebench.suite.models import build_model
+
+    info = registry.get_method(method, FAMILIES)
+    params = registry.build_params(info, {}, "example")
+    for name, task in _EXAMPLE_TASKS:
+        d = DATASET_INFO[task["dataset"]]
+        try:
+            info.cls.check_model(
+                params, prunable_layers(build_model(task["model"], d.input_shape, d.num_classes))
+            )
+        except ValueError:
+            continue
+        return name, task
+    return _EXAMPLE_TASKS[0]  # its check error is the message a user would see
 
 
 def task_methods(data: dict[str, Any], task_name: str) -> list[str]:
@@ -304,13 +340,6 @@ def _check_registries(data: dict[str, Any], source: str) -> None:
                 f"{source}: tasks.{name}.model: unknown model {task['model']!r}; "
                 f"allowed: {', '.join(sorted(MODELS))}"
             )
-    for name, task in data["tasks"].items():
-        extra = [m for m in task.get("methods", []) if m not in data["methods"]]
-        if extra:
-            raise SpecError(
-                f"{source}: tasks.{name}.methods: {', '.join(map(repr, extra))} not in the "
-                f"spec's `methods`; allowed: {', '.join(data['methods'])}"
-            )
     known = registry.all_methods(FAMILIES)
     for method, params in data["methods"].items():
         if method not in known:
@@ -320,3 +349,10 @@ def _check_registries(data: dict[str, Any], source: str) -> None:
             )
         if params is not None and not isinstance(params, dict):
             raise SpecError(f"{source}: methods.{method}: expected a mapping of parameters")
+    for name, task in data["tasks"].items():
+        extra = [m for m in task.get("methods", []) if m not in data["methods"]]
+        if extra:
+            raise SpecError(
+                f"{source}: tasks.{name}.methods: {', '.join(map(repr, extra))} not in the "
+                f"spec's `methods`; allowed: {', '.join(data['methods'])}"
+            )

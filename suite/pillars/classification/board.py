@@ -34,6 +34,9 @@ LEADERBOARD_SCHEMA: dict[str, pl.DataType] = {
     "test_acc_std": pl.Float64(),
     "val_acc_mean": pl.Float64(),
     "actual_sparsity_mean": pl.Float64(),
+    "distribution": pl.String(),  # layer-wise allocation (erk | uniform | global)
+    "trained_density_mean": pl.Float64(),  # active for the last 10 % of steps (table.py)
+    "reachable_outputs_min": pl.Float64(),  # lowest over seeds of the start and end values
     "train_flops_mean": pl.Float64(),
     "train_flops_rel_dense_mean": pl.Float64(),
     "inference_flops_mean": pl.Float64(),
@@ -66,6 +69,12 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
     if missing:
         raise TableError(f"runs table lacks column(s) for the leaderboard: {', '.join(missing)}")
     keys = list(GROUP_KEYS)
+    # Columns added in issue 11 (older runs tables lack them): null when absent.
+    added = {"distribution": pl.String, "trained_density": pl.Float64,
+             "reachable_outputs_init": pl.Float64, "reachable_outputs": pl.Float64}  # fmt: skip
+    for col, dtype in added.items():
+        if col not in runs.columns:
+            runs = runs.with_columns(pl.lit(None, dtype=dtype).alias(col))
     ok = runs.filter(pl.col("status") == "ok")
     stats = ok.group_by(keys).agg(
         pl.len().cast(pl.Int64).alias("n"),
@@ -73,6 +82,11 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
         pl.col("test_acc").std(ddof=1).alias("test_acc_std"),  # null when n == 1
         pl.col("val_acc").mean().alias("val_acc_mean"),
         pl.col("actual_sparsity").mean().alias("actual_sparsity_mean"),
+        pl.col("distribution").drop_nulls().first().alias("distribution"),
+        pl.col("trained_density").mean().alias("trained_density_mean"),
+        pl.min_horizontal("reachable_outputs_init", "reachable_outputs")
+        .min()
+        .alias("reachable_outputs_min"),
         pl.col("train_flops").mean().alias("train_flops_mean"),
         pl.col("train_flops_rel_dense").mean().alias("train_flops_rel_dense_mean"),
         pl.col("inference_flops").mean().alias("inference_flops_mean"),
@@ -138,7 +152,8 @@ def _md_escape(text: str) -> str:
 
 
 _MD_HEADER = (
-    "| rank | method | setting | test acc % | val acc % | actual sparsity % | train FLOPs "
+    "| rank | method | setting | test acc % | val acc % | actual sparsity % | alloc "
+    "| trained density % | reach | train FLOPs "
     "| train FLOPs ÷ dense | inference FLOPs ÷ dense | train s | train s ÷ dense | infer ms "
     "| failed |"
 )
@@ -153,6 +168,9 @@ def _md_row(row: dict[str, Any]) -> str:
         _acc_cell(row),
         _pct(row["val_acc_mean"]),
         _pct(row["actual_sparsity_mean"]),
+        row["distribution"] or "–",
+        _pct(row["trained_density_mean"]),
+        _num(row["reachable_outputs_min"]),
         _num(row["train_flops_mean"], ".3g"),
         _times(row["train_flops_rel_dense_mean"]),
         _times(row["inference_flops_rel_dense_mean"]),
@@ -189,7 +207,10 @@ def leaderboard_markdown(runs: pl.DataFrame, board: pl.DataFrame | None = None) 
         "",
         "Test accuracy in percent, mean ± std over seeds (n = seeds that finished); rank within "
         "(task, sparsity) by mean test accuracy. Costs are means over seeds and relative to the "
-        "dense baseline of the same task (÷ dense). Inference ms is the median over seeds.",
+        "dense baseline of the same task (÷ dense). Inference ms is the median over seeds. "
+        "alloc: layer-wise allocation; trained density: weights active for at least the last "
+        "10 % of the steps; reach: lowest share of outputs reachable from the input (below 1: "
+        "part of the network is disconnected).",
         "",
     ]
     for task in board.get_column("task").unique(maintain_order=True).to_list():

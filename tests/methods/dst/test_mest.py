@@ -12,6 +12,9 @@ from tests.methods.conftest import MaskWatcher
 
 BATCH, STEPS = 16, 40  # tiny_fit: 160 examples, batch 16, 4 epochs
 
+# The authors' profile: first layer dense (the runs below check the others' exact counts).
+CODE_PROFILE = {"dense_first_layer": True}
+
 
 def _ctx(total_steps):
     return SimpleNamespace(total_steps=total_steps, generator=torch.Generator().manual_seed(0))
@@ -121,7 +124,10 @@ def _f_s(flops, nnz):
 def test_hard_bound_keeps_exact_nnz_after_every_step(tiny_fit):
     watcher = MaskWatcher()
     module, m = tiny_fit(
-        "mest", 0.8, {"soft_bound": False, "update_fraction": 0.1}, extra_callbacks=[watcher]
+        "mest",
+        0.8,
+        {"soft_bound": False, "update_fraction": 0.1, **CODE_PROFILE},
+        extra_callbacks=[watcher],
     )
     targets = _targets()
     assert module.masks.masks["0"] is None  # dense first layer (the authors' profiles)
@@ -136,7 +142,7 @@ def test_hard_bound_keeps_exact_nnz_after_every_step(tiny_fit):
 
 def test_soft_bound_exceeds_inside_an_update_and_ends_exact(tiny_fit):
     watcher = MaskWatcher()
-    params = {"update_fraction": 0.1, "soft_window": 0.5}  # ΔT 4, grow at t, prune at t + 2
+    params = {"update_fraction": 0.1, "soft_window": 0.5, **CODE_PROFILE}  # ΔT 4, t, t + 2
     module, m = tiny_fit("mest", 0.8, params, extra_callbacks=[watcher])
     targets = _targets()
     assert len(watcher.nnz) == STEPS
@@ -153,7 +159,9 @@ def test_soft_bound_exceeds_inside_an_update_and_ends_exact(tiny_fit):
 
 def test_soft_bound_default_window_prunes_back_exactly_at_each_update(tiny_fit):
     watcher = MaskWatcher()
-    module, m = tiny_fit("mest", 0.8, {"update_fraction": 0.1}, extra_callbacks=[watcher])
+    module, m = tiny_fit(
+        "mest", 0.8, {"update_fraction": 0.1, **CODE_PROFILE}, extra_callbacks=[watcher]
+    )
     targets = _targets()
     prunes = [(s, nnz) for s, phase, nnz in m.history if phase == "prune"]
     grows = [(s, nnz) for s, phase, nnz in m.history if phase == "grow"]

@@ -78,15 +78,42 @@ def test_default_stops_evolving_at_the_end_fraction_and_records_it(tiny_fit):
 
 
 def test_step_schedule_is_evci_et_al_set_baseline(tiny_fit):
+    import lightning.pytorch as pl
+
+    class First(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            self.mask = pl_module.masks.masks["0"].clone()
+
     params = {"update_interval": 5, "drop_fraction_anneal": "cosine", "regrowth_init": "zero"}
-    watcher = MaskWatcher()
-    module, m = tiny_fit("set", 0.8, params, epochs=4, extra_callbacks=[watcher])
-    # T_end = 30 of 40 steps: updates after steps 5, 10, ..., 25 (masks[j]: after step j + 1).
-    changes = [i + 2 for i, (a, b) in enumerate(zip(watcher.masks, watcher.masks[1:]))
+    watcher, first = MaskWatcher(), First()
+    module, m = tiny_fit("set", 0.8, params, epochs=4, extra_callbacks=[watcher, first])
+    # T_end = 30 of 40 steps: updates after iterations 0, 5, ..., 25 (masks[j]: after
+    # iteration j; a change between masks[i] and masks[i + 1] happened at iteration i + 1).
+    changes = [i + 1 for i, (a, b) in enumerate(zip(watcher.masks, watcher.masks[1:]))
                if not torch.equal(a["0"], b["0"])]  # fmt: skip
     assert changes == [5, 10, 15, 20, 25]
+    assert not torch.equal(first.mask, watcher.masks[0]["0"])  # the update at iteration 0
     assert m.zeta_at(0) == pytest.approx(0.3) and m.zeta_at(15) == pytest.approx(0.15)
     assert all(n == watcher.nnz[0] for n in watcher.nnz)
+
+
+def test_step_schedule_drops_by_plain_magnitude():
+    s = _set(zeta=0.5)
+    s.params.update_interval = 100
+    w = torch.tensor([[-3.0, -0.1, 0.2, 4.0, 0.0, 0.0]])
+    new, grown = s.evolve(w, w != 0)
+    # 2 of 4 dropped by |w| (-0.1 and 0.2), signs pooled; per-sign SET would drop one of each
+    # sign too, so also check a case where they differ: all small weights negative.
+    assert new[0, 0] and new[0, 3] and int(new.sum()) == 4
+    w = torch.tensor([[-0.1, -0.2, 3.0, 4.0, 0.0, 0.0]])
+    new, _ = s.evolve(w, w != 0)
+    assert new[0, 2] and new[0, 3]  # both large positives kept
+
+
+def test_init_scale_is_measured_before_the_masks(tiny_fit):
+    _, m = tiny_fit("set", 0.8, epochs=2)
+    # nn.Linear(12, 32)'s default init: U(±1/sqrt(12)), std 1/sqrt(36) = 0.1667 (dense weights)
+    assert m.init_std["0"] == pytest.approx(1 / 6, rel=0.15)
 
 
 def test_a_step_schedule_past_t_end_is_refused():
@@ -94,3 +121,11 @@ def test_a_step_schedule_past_t_end_is_refused():
 
     with pytest.raises(ValueError, match="no topology update would happen"):
         SET.check_budget(SET.Params(update_interval=100), total_steps=120)
+
+
+def test_a_one_epoch_run_is_refused_in_epoch_mode():
+    from sparsebench.methods.dst.set import SET
+
+    with pytest.raises(ValueError, match="train at least 2 epochs"):
+        SET.check_budget(SET.Params(), total_steps=55, steps_per_epoch=55)
+    SET.check_budget(SET.Params(), total_steps=110, steps_per_epoch=55)  # 82 >= 55: one update

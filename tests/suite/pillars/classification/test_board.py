@@ -303,3 +303,21 @@ def test_settings_are_shown_by_their_parameters(make_record, tmp_path) -> None:
     write_leaderboard(runs, tmp_path)
     md = (tmp_path / "leaderboard.md").read_text()
     assert "| zeta=0.1 |" in md and "| pa |" not in md
+
+
+def test_board_shows_allocation_trained_density_and_the_lowest_reach(make_record, tmp_path):
+    r = make_record
+    records = [
+        r(method="static", seed=0, trained_density=0.10, reachable_outputs_init=0.5),
+        r(method="static", seed=1, trained_density=0.08, reachable_outputs=0.2),
+    ]
+    board = build_leaderboard(collect_records(write_records(tmp_path, records)))
+    [row] = board.to_dicts()
+    assert row["distribution"] == "erk"
+    assert row["trained_density_mean"] == pytest.approx(0.09)
+    assert row["reachable_outputs_min"] == pytest.approx(0.2)
+    # A runs table from before these columns existed still builds, with nulls.
+    old = collect_records(write_records(tmp_path / "old", records)).drop(
+        "distribution", "trained_density", "reachable_outputs_init", "reachable_outputs"
+    )
+    assert build_leaderboard(old)["reachable_outputs_min"].to_list() == [None]

@@ -50,7 +50,9 @@ def test_shared_distribution_fills_every_method_that_has_one(tmp_path):
 def test_a_dst_method_refuses_a_global_distribution(tmp_path):
     data = _digits_cnn(copy.deepcopy(BASE))
     data["distribution"] = "global"
-    with pytest.raises(SpecError, match=r"distribution: 'global' for methods.static.*'erk'"):
+    with pytest.raises(
+        SpecError, match=r"methods.static \(with the spec's distribution: 'global'.*'erk'"
+    ):
         _load(tmp_path, data)
 
 
@@ -67,4 +69,12 @@ def test_cnn_only_method_on_an_mlp_is_refused_and_a_task_filter_allows_it(tmp_pa
     assert sum(c.columns["task"] == "mlp" for c in cells) == 3
     data["tasks"]["mlp"]["methods"] = ["dense", "rigel"]
     with pytest.raises(SpecError, match=r"tasks.mlp.methods: 'rigel' not in the spec's"):
+        _load(tmp_path, data)
+
+
+def test_a_method_typo_is_named_before_a_task_list_mentions_it(tmp_path):
+    data = _digits_cnn(copy.deepcopy(BASE))
+    data["methods"]["rgil"] = {}
+    data["tasks"]["mlp"]["methods"] = ["dense", "rigl"]
+    with pytest.raises(SpecError, match=r"methods.rgil: unknown method 'rgil'"):
         _load(tmp_path, data)
