@@ -147,5 +147,5 @@ def test_setting_ids_and_cell_ids_are_pinned():
     assert set_normal == "pfffbf46582"
     assert "mnist5k_lenet300/set/pfffbf46582/s0.98/seed2" in ids["classification"]
     assert ids["hessian"][0] == "alkane/pair/dense/n10"
-    assert ids["kernels"] == ["4096x4096/s0.9/b64", "4096x4096/s0.95/b64", "4096x4096/s0.99/b64"]
+    assert ids["kernels"] == ["4096x4096/s0.95/b64", "4096x4096/s0.99/b64"]
     assert len(ids["classification"]) == 66 and len(ids["hessian"]) == 16

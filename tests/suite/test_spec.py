@@ -48,7 +48,7 @@ def test_default_spec_is_valid_and_expands():
     assert len(cells) == 7 * 3 * 3 + 3
     every = spec.cells()
     # the hessian, kernels, merging (3 references + 5 methods, one seed) and SAE slices
-    assert len(every) == len(cells) + 16 + 3 + 8 + 6
+    assert len(every) == len(cells) + 16 + 2 + 8 + 6
     records = {paths.record(spec.benchmark, c.pillar, c.id) for c in every}
     assert len(records) == len(every)
 
