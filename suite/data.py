@@ -36,7 +36,7 @@ Three families (see DESIGN.md, "Data without internet"):
   name      construction                                   input shape  train / val / test
   ========  =============================================  ===========  ====================
   wide1k    1,000 classes, sparse class prototypes plus    (256,)       20,000 / 2,000 / 5,000
-            Gaussian noise (an extreme-classification                   (20 / 2 / 5 per class)
+            Gaussian noise (an extreme multi-class                   (20 / 2 / 5 per class)
             stand-in with a wide output layer); see
             `make_wide1k`
   ========  =============================================  ===========  ====================

@@ -14,80 +14,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from sparsebench.methods.merging.base import Group
+from sparsebench.suite.models import ViTTrunk
 
 from .config import TrunkConfig
 
-
-class Attention(nn.Module):
-    """Multi-head self-attention with separate q, k, v, o projections (so that one head's
-    parameters are contiguous row/column slices: the unit CASS selects)."""
-
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
-        b, n, d = x.shape
-
-        def split(t: torch.Tensor) -> torch.Tensor:
-            return t.view(b, n, self.heads, d // self.heads).transpose(1, 2)
-
-        out = F.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)))
-        return self.o(out.transpose(1, 2).reshape(b, n, d))
-
-
-class FFN(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
-        self.fc2 = nn.Linear(hidden, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x)))
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block (Dosovitskiy et al. 2021, Eq. 2-3)."""
-
-    def __init__(self, dim: int, heads: int, hidden: int):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, heads)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = FFN(dim, hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
-
-
-class ViTTrunk(nn.Module):
-    """ViT encoder (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words", Sec. 3.1): linear
-    patch embedding, class token, learned positions, pre-norm blocks, final LayerNorm; the
-    feature is the class token's output, shape (B, D), for input (B, 1, 28, 28)."""
-
-    def __init__(self, cfg: TrunkConfig):
-        super().__init__()
-        self.cfg = cfg
-        d, p = cfg.width, cfg.patch
-        n = (28 // p) ** 2
-        self.patch = nn.Linear(p * p, d)
-        self.cls = nn.Parameter(torch.zeros(1, 1, d))
-        self.pos = nn.Parameter(torch.randn(1, n + 1, d) * 0.02)
-        self.blocks = nn.ModuleList(
-            Block(d, cfg.heads, d * cfg.mlp_ratio) for _ in range(cfg.depth)
-        )
-        self.norm = nn.LayerNorm(d)
-        self.out_dim = d
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, p = x.shape[0], self.cfg.patch
-        patches = x.reshape(b, 28 // p, p, 28 // p, p).permute(0, 1, 3, 2, 4).reshape(b, -1, p * p)
-        h = torch.cat([self.cls.expand(b, -1, -1), self.patch(patches)], dim=1) + self.pos
-        for blk in self.blocks:
-            h = blk(h)
-        return self.norm(h[:, 0])
+__all__ = ["ViTTrunk"]  # the ViT lives in the spine's model registry (suite/models.py)
 
 
 class MLPTrunk(nn.Module):
