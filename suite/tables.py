@@ -219,7 +219,7 @@ def _read_previous(path: Path) -> pl.DataFrame | None:
 
 def write_board(pillar: Pillar | str, runs_parquet: Path, log: str | None = None) -> dict:
     """The pillar's board from its ``runs.parquet`` alone, into the same folder (the rule
-    ``leaderboard_<pillar>``; the written files are listed in ``log``)."""
+    ``board_<pillar>``, after the aggregation; the written files are listed in ``log``)."""
     pillar = get_pillar(pillar) if isinstance(pillar, str) else pillar
     runs = pl.read_parquet(runs_parquet)
     if runs.height == 0:

@@ -15,6 +15,12 @@ MakeRecord = Callable[..., dict[str, Any]]
 PRUNING_METHODS = ("magnitude", "gmp", "snip")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Snakemake end-to-end tests (marker ``e2e``, a minute or more each) run first: collected
+    last, they kept one xdist worker busy alone at the end of `make test`."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)  # stable sort
+
+
 @pytest.fixture
 def make_record() -> MakeRecord:
     """A function building a valid ``ok`` classification record dict (every common column,

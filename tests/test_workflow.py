@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 
+pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 TINY = """
 benchmark: tiny

@@ -5,7 +5,10 @@ The extension is compiled once per (source, flags, CPU, Python, torch) with
 ``dlopen`` it. The folder is ``$SPARSEBENCH_EXTENSIONS_DIR`` if set, else
 ``$TORCH_EXTENSIONS_DIR/sparsebench``, else ``~/.cache/sparsebench/torch_extensions``. Its name
 carries a hash of everything that changes the binary, including the CPU's feature flags:
-``-march=native`` code from one node of a cluster must never be loaded on an older one.
+``-march=native`` code from one node of a cluster must never be loaded on an older one, and of
+the absolute paths torch writes into ``build.ninja`` (the source file and the torch install):
+two checkouts or venvs sharing one folder would rewrite each other's ``build.ninja`` and
+recompile on every switch (a minute each).
 """
 
 from __future__ import annotations
@@ -79,6 +82,8 @@ def build_directory() -> Path:
     key = hashlib.sha256()
     for part in (
         source_path().read_bytes(),
+        str(source_path()).encode(),
+        str(Path(torch.__file__).resolve().parent).encode(),
         " ".join(CFLAGS + LDFLAGS).encode(),
         _cpu_fingerprint().encode(),
         (compiler() or "").encode(),

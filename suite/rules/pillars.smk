@@ -1,6 +1,7 @@
 # The generic rules of every pillar: its artefacts (models cells read, made once), its pending
-# cells in batches (one job each, one record per cell), then aggregate -> leaderboard per
-# pillar, then summary.md. Expanded from the pillar registry; no rule names a pillar.
+# cells in batches (one job each, one record per cell), then board (runs table and
+# leaderboard) per pillar, then summary.md. Expanded from the pillar registry; no rule
+# names a pillar.
 
 # Every missing artefact has a rule (artefacts of one batch key share a job); Snakemake runs it
 # only when a pending cell (or another artefact) needs one of its files.
@@ -61,32 +62,19 @@ for _pillar, _batches in BATCHES.items():
 for _pillar in PILLARS:
 
     # Exactly the spec's records (not every record under the folder: a cell removed from
-    # the spec leaves the table).
+    # the spec leaves the table) -> runs.parquet -> the board, in one job: a second job
+    # per pillar would pay another interpreter start (polars, pandera, torch) for the
+    # board, which reads only the table this job has just written.
     rule:
         name:
-            f"aggregate_{_pillar}"
+            f"board_{_pillar}"
         input:
             RECORDS[_pillar],
         output:
             str(paths.runs_table(BENCH, _pillar)),
-        log:
-            str(paths.log(BENCH, _pillar, "aggregate")),
-        params:
-            pillar=_pillar,
-        conda:
-            CONDA_ENV
-        script:
-            "scripts/aggregate.py"
-
-    rule:
-        name:
-            f"leaderboard_{_pillar}"
-        input:
-            str(paths.runs_table(BENCH, _pillar)),
-        output:
             board_outputs(_pillar),
         log:
-            str(paths.log(BENCH, _pillar, "leaderboard")),
+            str(paths.log(BENCH, _pillar, "board")),
         params:
             pillar=_pillar,
         conda:

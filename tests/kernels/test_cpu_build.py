@@ -59,3 +59,13 @@ def test_another_build_folder_does_not_rename_the_cached_build(monkeypatch, tmp_
     real = _cpu_build.build_directory()
     assert module.__name__ == _cpu_build.module_name(real) != fake_name
     assert not list(real.glob("*_v[0-9]*.so"))
+
+
+def test_another_checkout_gets_its_own_build_folder(monkeypatch, tmp_path) -> None:
+    """torch writes the source's absolute path into build.ninja: a second checkout (or venv)
+    sharing the folder would make every switch between them a full recompile."""
+    here = _cpu_build.build_directory()
+    copy = tmp_path / "sparse_linear.cpp"
+    copy.write_bytes(_cpu_build.source_path().read_bytes())
+    monkeypatch.setattr(_cpu_build, "source_path", lambda: copy)
+    assert _cpu_build.build_directory() != here
