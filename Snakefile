@@ -15,4 +15,5 @@ rule all:
     input:
         SUMMARY,
         PENDING,
+        CLAIMS_OUT,
     default_target: True

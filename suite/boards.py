@@ -1,5 +1,5 @@
 """Board helpers shared by every pillar: Markdown tables of polars frames and the atomic
-writing of a board's files (``leaderboard.{md,csv,json}`` and its plots)."""
+writing of a board's files (``leaderboard.{md,html,csv,json}`` and its plots)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,32 @@ def md_table(df: pl.DataFrame) -> list[str]:
     return lines
 
 
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5em; max-width: 110em; }}
+table {{ border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.25em 0.5em; vertical-align: top; }}
+th {{ background: #f3f3f3; }}
+code {{ background: #f6f6f6; padding: 0 0.2em; }}
+</style></head><body>
+{body}
+</body></html>
+"""
+
+
+def html_page(markdown_text: str, title: str) -> str:
+    """A self-contained HTML page of a Markdown document (tables included), for
+    ``snakemake --report``, which shows HTML results inline. Rendered by the ``markdown``
+    package with its ``tables`` extension; ``title`` is HTML-escaped."""
+    import html
+
+    import markdown
+
+    body = markdown.markdown(markdown_text, extensions=["tables"])
+    return _PAGE.format(title=html.escape(title), body=body)
+
+
 def write_board_files(
     out_dir: Path,
     markdown: str,
@@ -35,15 +61,18 @@ def write_board_files(
     json_data: dict[str, Any] | None = None,
     plots: dict[str, Callable[[Path], None]] | None = None,
 ) -> dict[str, Path]:
-    """Write ``leaderboard.md`` (``markdown``), ``leaderboard.csv`` (``table``),
+    """Write ``leaderboard.md`` (``markdown``), ``leaderboard.html`` (the same as a page, for
+    ``snakemake --report``), ``leaderboard.csv`` (``table``),
     ``leaderboard.json`` (``json_data``, default the table's rows) and each plot
     (file name -> ``draw(path)``; the path may be a temporary name: pass ``format="png"``),
     every file atomically. Returns the paths by kind: md, csv, json, png (the first plot) and
     each plot's file name."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = {k: out_dir / f"leaderboard.{k}" for k in ("md", "csv", "json")}
+    files = {k: out_dir / f"leaderboard.{k}" for k in ("md", "html", "csv", "json")}
     atomic_write(files["md"], lambda p: Path(p).write_text(markdown, encoding="utf-8"))
+    page = html_page(markdown, f"{out_dir.name} leaderboard")
+    atomic_write(files["html"], lambda p: Path(p).write_text(page, encoding="utf-8"))
     atomic_write(files["csv"], table.write_csv)
     if json_data is None:
         atomic_write(files["json"], table.write_json)

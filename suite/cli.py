@@ -10,6 +10,8 @@ sparsebench retry-failed results/<bench>   # forget failed cells so snakemake re
 sparsebench pillars                        # registered pillars, their spec keys and metrics
 sparsebench methods                        # registered methods, parameters, defaults, sources
 sparsebench validate FILE                  # check a spec, list its cells
+sparsebench claims results/<bench> [FILE ...]   # judge claim files -> claims.{md,json,tex}
+sparsebench claims --check FILE [FILE ...]      # validate claim files, no results needed
 
 Pillars may add their own commands (``Pillar.add_commands``); `sparsebench -h` lists them.
 """
@@ -193,6 +195,35 @@ def _record_status(path: Path) -> str:
     return data.get("status") or "unreadable" if isinstance(data, dict) else "unreadable"
 
 
+def _cmd_claims(args: argparse.Namespace) -> int:
+    from sparsebench.suite import claims
+
+    if args.check:
+        for f in args.check:
+            found = claims.load_file(f)
+            print(f"{f}: {len(found)} claim(s) valid: {', '.join(c.id for c in found)}")
+        return 0
+    if not args.bench_dir:
+        raise SystemExit("sparsebench claims: give results/<bench> (or --check FILE)")
+    files = args.files
+    if not files and args.spec:
+        from sparsebench.suite.spec import load
+
+        files = load(args.spec).data.get("claims", [])
+    if not files:
+        files = sorted(map(str, claims.BUILTIN.glob("*.yaml")))
+    bench = Path(args.bench_dir)
+    if not bench.is_dir():
+        _no_records(bench)
+    verdicts = claims.judge_all(claims.load_files(files), bench)
+    out = claims.write(verdicts, bench)
+    for v in verdicts:
+        print(f"{v.verdict:>12}  {v.claim.id}: {v.reason}")
+    print(claims.badge(verdicts))
+    print("wrote " + ", ".join(str(p) for p in out.values()))
+    return 0
+
+
 def _cmd_pillars(args: argparse.Namespace) -> int:
     from sparsebench.suite.pillar import all_pillars
 
@@ -335,6 +366,19 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("spec")
     v.add_argument("--show", type=int, default=10, help="jobs to list")
     v.set_defaults(func=_cmd_validate)
+
+    c = sub.add_parser(
+        "claims", help="judge papers' claims against a benchmark's records (no job rerun)"
+    )
+    c.add_argument("bench_dir", nargs="?", help="results/<bench>")
+    c.add_argument(
+        "files",
+        nargs="*",
+        help="claim files (default: the spec's `claims`, else every file in claims/)",
+    )
+    c.add_argument("--spec", help="take the claim files from this spec's `claims` list")
+    c.add_argument("--check", nargs="+", metavar="FILE", help="only validate claim files")
+    c.set_defaults(func=_cmd_claims)
 
     from sparsebench.suite.pillar import all_pillars
 

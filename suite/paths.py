@@ -2,7 +2,7 @@
 
 ``results/<bench>/<pillar>/runs/<cell id>/record.json``   one record per cell
 ``results/<bench>/<pillar>/runs.parquet``                 validated runs table
-``results/<bench>/<pillar>/leaderboard.{md,csv,json}``    the board, and its plots ``*.png``
+``results/<bench>/<pillar>/leaderboard.{md,html,csv,json}`` the board, and its plots ``*.png``
 ``results/<bench>/<pillar>/logs/<batch>.log``             the log of one job (a batch of cells)
 ``results/<bench>/summary.md``                            every pillar's board, top rows
 ``results/artefacts/<pillar>/<artefact id>/...``           models and data cells read, made once
@@ -18,7 +18,7 @@ RESULTS = "results"
 RECORD = "record.json"
 ARTEFACTS = "artefacts"  # results/artefacts/: not a benchmark name (spec.py refuses it)
 ARTEFACTS_ENV = "SPARSEBENCH_ARTEFACTS"
-BOARD_FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.json")
+BOARD_FILES = ("leaderboard.md", "leaderboard.html", "leaderboard.csv", "leaderboard.json")
 
 
 def bench_dir(bench: str, root: str | Path = RESULTS) -> Path:

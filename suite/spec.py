@@ -267,6 +267,7 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
         )
     data = _fill_defaults(data, schema)
     spec = Spec(data, source, pillars)
+    _check_claims(spec)
     for name in pillars:
         pillar = all_pillars()[name]
         try:
@@ -280,6 +281,27 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
         except registry.RegistryError as e:
             raise SpecError(str(e)) from None
     return spec
+
+
+def _check_claims(spec: Spec) -> None:
+    """The spec's claim files load (``claims.ClaimError`` as a SpecError naming the spec key)
+    and address only pillars that the spec runs."""
+    files = spec.data.get("claims", [])
+    if not files:
+        return
+    from sparsebench.suite.claims import ClaimError, load_files
+
+    try:
+        found = load_files(files)
+    except ClaimError as e:
+        raise SpecError(f"{spec.source}: claims: {e}") from None
+    for c in found:
+        if c.test["pillar"] not in spec.pillars:
+            raise SpecError(
+                f"{spec.source}: claims: {c.file}: claim {c.id!r} addresses pillar "
+                f"{c.test['pillar']!r}, which this spec does not run (its pillars: "
+                f"{', '.join(spec.pillars)}); add its section or drop the file"
+            )
 
 
 def load(path: str | Path) -> Spec:

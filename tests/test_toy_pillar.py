@@ -26,8 +26,28 @@ def _snakemake(tmp_path, *args):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
+TOY_CLAIMS = """
+paper: {key: toy, authors: Nobody, year: 2026, title: Squares grow}
+defaults: {pillar: toy, metric: square, stat: exact}
+claims:
+  - id: two-beats-one
+    statement: 2² > 1²
+    source: {where: arithmetic, setting: reals}
+    why: exact arithmetic
+    test: {kind: order, a: {value: 2}, b: {value: 1}, op: ">"}
+  - id: over-a-failed-cell
+    statement: (-1)² > 1²
+    source: {where: arithmetic, setting: reals}
+    why: the cell fails, so this cannot be judged
+    test: {kind: order, a: {value: -1}, b: {value: 1}, op: ">"}
+"""
+
+
 def test_toy_pillar_runs_through_the_generic_rules(tmp_path):
-    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 2, -1]}\n")
+    (tmp_path / "toy_claims.yaml").write_text(TOY_CLAIMS)
+    (tmp_path / "toy.yaml").write_text(
+        "benchmark: toyb\ntoy: {values: [1, 2, -1]}\nclaims: [toy_claims.yaml]\n"
+    )
     run = _snakemake(tmp_path, "--cores", "2")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     folder = tmp_path / "results" / "toyb" / "toy"
@@ -40,13 +60,28 @@ def test_toy_pillar_runs_through_the_generic_rules(tmp_path):
     assert "2² = 4" in (folder / "leaderboard.md").read_text()
     summary = (tmp_path / "results" / "toyb" / "summary.md").read_text()
     assert "## Toy" in summary and "toy/leaderboard.md" in summary
+    # the rule claims judged the spec's claim file from the records
+    verdicts = json.loads((tmp_path / "results" / "toyb" / "claims.json").read_text())
+    assert {c["id"]: c["verdict"] for c in verdicts["claims"]} == {
+        "two-beats-one": "holds", "over-a-failed-cell": "inconclusive"}  # fmt: skip
+    assert "1 holds / 0 fails / 1 inconclusive" in verdicts["badge"]
+    tex = (tmp_path / "results" / "toyb" / "claims.tex").read_text()
+    assert "\\newcommand{\\claimTwoBeatsOneVerdict}{holds}" in tex
 
     again = _snakemake(tmp_path, "-n", "--cores", "2")
     assert "Nothing to be done" in again.stdout + again.stderr
+    # one self-contained HTML report: the board and the claims as pages, the captions
+    report = tmp_path / "results" / "toyb" / "report.html"
+    made = _snakemake(tmp_path, "--report", str(report))
+    assert made.returncode == 0, made.stderr[-2000:]
+    page = report.read_text()
+    assert "leaderboard.html" in page and "claims.html" in page and "Claims" in page
 
     v1 = folder / "runs" / "v1" / "record.json"
     before = v1.stat().st_mtime_ns
-    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 2, 3, -1]}\n")
+    (tmp_path / "toy.yaml").write_text(
+        "benchmark: toyb\ntoy: {values: [1, 2, 3, -1]}\nclaims: [toy_claims.yaml]\n"
+    )
     more = _snakemake(tmp_path, "--cores", "2")
     assert more.returncode == 0, more.stderr[-2000:]
     assert v1.stat().st_mtime_ns == before  # only the new cell ran

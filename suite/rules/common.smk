@@ -2,6 +2,7 @@
 # and the pending ones in batches (suite/workflow.py). Nothing here names a pillar.
 import json
 import os
+from pathlib import Path
 import shlex
 import sys
 
@@ -71,6 +72,8 @@ else:
     ARTEFACT_BATCHES = load_artefact_plan(PLAN, ARTEFACTS)
     if ARTEFACT_BATCHES is None:
         ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
+# Captions of the report's generic items (pillars' plot captions live with the pillars).
+REPORT_CAPTIONS = Path(paths.__file__).parent / "rules" / "report"
 # The environment of every rule under --use-conda (the same packages as the pip install).
 CONDA_ENV = "../../envs/sparsebench.yaml"
 
@@ -81,10 +84,11 @@ def parallel_jobs(threads):
 
 
 def board_outputs(name):
-    """A pillar's leaderboard files and plots (the plots flagged for --report)."""
+    """A pillar's leaderboard files and plots (the HTML board and the plots flagged for
+    --report)."""
     pillar = PILLARS[name]
     folder = paths.pillar_dir(BENCH, name)
-    files = [str(f) for f in paths.board_files(BENCH, name)]
+    files = [str(f) for f in paths.board_files(BENCH, name) if f.suffix != ".html"]
     caption_dir = os.path.dirname(sys.modules[type(pillar).__module__].__file__)
     flag = report  # Snakemake's report() flag; a line may not start with the word
     plots = [
@@ -95,7 +99,12 @@ def board_outputs(name):
         )
         for plot in pillar.plots
     ]
-    return files + plots
+    page = flag(
+        str(folder / "leaderboard.html"),
+        caption=str(REPORT_CAPTIONS / "leaderboard.rst"),
+        category=pillar.title or name,
+    )
+    return files + [page] + plots
 
 
 # Pending records are targets of `all` too: Snakemake does not remake a missing intermediate
@@ -104,3 +113,19 @@ def board_outputs(name):
 PENDING = sorted(r for bs in BATCHES.values() for b in bs for r in b.records(BENCH))
 ALL_BOARDS = [f for name in PILLARS for f in paths.board_files(BENCH, name)]
 SUMMARY = str(paths.summary(BENCH))
+# The spec's claim files (judged by the rule claims at the end) and what that rule writes
+# (claims.html flagged for --report).
+CLAIM_FILES = list(SPEC.data.get("claims", []))
+CLAIMS_OUT = (
+    [str(paths.bench_dir(BENCH) / f"claims.{ext}") for ext in ("md", "json", "tex", "html")]
+    if CLAIM_FILES
+    else []
+)
+
+
+def claims_outputs():
+    """CLAIMS_OUT with claims.html flagged for --report."""
+    page = report(  # Snakemake's report() flag
+        CLAIMS_OUT[-1], caption=str(REPORT_CAPTIONS / "claims.rst"), category="Claims"
+    )
+    return CLAIMS_OUT[:-1] + [page]

@@ -94,3 +94,20 @@ rule summary:
         CONDA_ENV
     script:
         "scripts/summary.py"
+
+
+# Papers' claims judged against every pillar's table (only when the spec lists claim files).
+if CLAIM_FILES:
+
+    rule claims:
+        input:
+            tables=[str(paths.runs_table(BENCH, name)) for name in PILLARS],
+            files=CLAIM_FILES,
+        output:
+            claims_outputs(),
+        log:
+            str(paths.bench_dir(BENCH) / "logs" / "claims.log"),
+        conda:
+            CONDA_ENV
+        script:
+            "scripts/claims.py"

@@ -5,6 +5,14 @@ A record is one cell; its ``rows`` hold one measurement per (backend, op) and be
 of the runs table (:meth:`KernelsPillar.table_rows`). Its status is ``failed`` when a backend
 failed (``skipped`` rows, a backend that cannot run here, are not failures). Backends are
 registered in the ``kernels`` method family (:mod:`sparsebench.kernels.backends`).
+
+When the section times the ``cpu`` backend, compiling its C++ extension (about a minute, one
+core) is an artefact of its own (:meth:`KernelsPillar.artefacts`), so that Snakemake builds it
+on one core next to other jobs instead of inside the timing job, which holds every core of the
+section's ``threads``. The artefact's file is a note of the build (``built.json``); the
+compiled module lives in the extension cache (``kernels/backends/_cpu_build.py``). A failed
+build is written into that note, not raised: the timing job then records the ``cpu`` rows as
+failed with the compiler's message, as it would without the artefact.
 """
 
 from __future__ import annotations
@@ -13,8 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sparsebench.suite import registry
-from sparsebench.suite.pillar import Cell, Metric, Pillar, Plot, register_pillar
+from sparsebench.suite import paths, registry
+from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, Plot, register_pillar
 from sparsebench.suite.spec import Spec, SpecError
 
 from .table import KERNEL_COLUMNS
@@ -76,8 +84,46 @@ class KernelsPillar(Pillar):
                     "use device: cpu (or run kernels/gpu_check.sh on a GPU machine)"
                 )
 
+    def artefacts(self, spec: Spec) -> list[Artefact]:
+        """The cpu extension's build, when the section times ``cpu`` on a machine that can
+        build it (the id carries the build folder's hash: source, flags, CPU, compiler, torch)."""
+        k = spec.data["kernels"]
+        if "cpu" not in k["backends"] or k["device"] != "cpu":
+            return []
+        from sparsebench.kernels.backends import _cpu_build
+
+        if _cpu_build.toolchain_problem() is not None:
+            return []  # the backend reports itself unavailable; its rows are skipped
+        key = _cpu_build.build_directory().name.rsplit("_", 1)[-1]
+        art_id = f"cpu-extension/{key}"
+        return [
+            Artefact(
+                pillar=self.name,
+                id=art_id,
+                label="compile the cpu backend's C++ extension",
+                outputs=(str(paths.artefact(self.name, art_id, "built.json")),),
+            )
+        ]
+
+    def build(self, spec: Spec, artefact: Artefact) -> None:
+        import time
+
+        from sparsebench.kernels.backends import _cpu_build
+        from sparsebench.suite.record import write_json_atomic
+
+        start = time.perf_counter()
+        try:
+            module = _cpu_build.load_extension()
+            note = {"ok": True, "module": module.__name__}
+        except RuntimeError as e:  # the timing job records the cpu rows as failed
+            note = {"ok": False, "error": str(e)}
+        note.update(build_dir=str(_cpu_build.build_directory()),
+                    seconds=round(time.perf_counter() - start, 1))  # fmt: skip
+        write_json_atomic(Path(artefact.outputs[0]), note)
+
     def cells(self, spec: Spec) -> list[Cell]:
         k = spec.data["kernels"]
+        inputs = tuple(o for a in self.artefacts(spec) for o in a.outputs)
         axes = ("shapes", "sparsities", "batches")  # a cell's own coordinates
         trigger = {key: v for key, v in k.items() if key not in axes}
         threads = k.get("threads", spec.data["threads"])
@@ -91,6 +137,7 @@ class KernelsPillar(Pillar):
                 trigger=trigger,
                 threads=threads,
                 batch="kernels",
+                inputs=inputs,
                 columns={
                     "out_features": int(o),
                     "in_features": int(i),

@@ -52,6 +52,24 @@ def test_cells_and_record_paths():
     )
 
 
+def test_the_cpu_extension_is_built_by_its_own_artefact(tmp_path, monkeypatch):
+    """Timing cells depend on the build note, made by a one-core job; without cpu, none."""
+    from sparsebench.kernels.backends import _cpu_build
+
+    if _cpu_build.toolchain_problem():
+        pytest.skip(_cpu_build.toolchain_problem())
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path))
+    spec = _spec()
+    (art,) = PILLAR.artefacts(spec)
+    assert art.threads == 1 and art.id.startswith("cpu-extension/")
+    assert all(c.inputs == art.outputs for c in spec.cells("kernels"))
+    assert PILLAR.artefacts(_spec(backends=["torch_csr"])) == []
+    assert spec.cells("kernels") and not _spec(backends=["torch_csr"]).cells("kernels")[0].inputs
+    PILLAR.build(spec, art)
+    note = json.loads(open(art.outputs[0]).read())
+    assert note["ok"] and note["module"] == _cpu_build.module_name(_cpu_build.build_directory())
+
+
 @pytest.mark.parametrize(
     "section, expected",
     [

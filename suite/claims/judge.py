@@ -1,0 +1,363 @@
+"""Verdicts: a claim and the runs tables -> ``holds`` / ``fails`` / ``inconclusive``, with the
+numbers behind it. The verdict is a function of the records alone.
+
+How a test is judged (``level`` is the two-sided interval level, default 0.95; see
+:mod:`.stats` for the intervals):
+
+* ``order`` (``a op b`` with ``margin`` m; ``>``: a > b − m): the Welch interval of
+  d = mean(a) − mean(b) (for ``<``: of mean(b) − mean(a)). ``holds`` when it lies above −m,
+  ``fails`` when it lies below −m, ``inconclusive`` when it contains −m (the difference is
+  inside seed noise).
+* ``equal`` (|a − b| ≤ tol): ``holds`` when the Welch interval of d lies inside [−tol, tol]
+  (an equivalence test, as in TOST), ``fails`` when it lies outside, else inconclusive.
+* ``ratio`` (mean(a)/mean(b) op threshold) and ``value`` (mean(a) op bound, or within
+  [low, high]): the bootstrap interval of the ratio / the t interval of the mean, compared
+  with the threshold or band the same way.
+* ``ranking`` (cells best first, in the metric's direction): an ``order`` test between each
+  neighbouring pair; ``holds`` if every pair holds, ``fails`` if any pair fails.
+* ``trend`` (the metric along a column, e.g. ``target_sparsity``): an ``order`` test (or
+  ``equal`` for ``constant``) between neighbouring values of the column, combined as ranking.
+* ``exponent``: the interval of the fitted slope of log metric on log ``along``.
+
+A cell that is missing, has fewer than ``min_seeds`` finished seeds (default 2; 1 with
+``stat: exact``), or has a failed, diverged or skipped row makes the claim inconclusive,
+naming the cell; a selector that matches several cells also does (narrow it with more
+filters). With ``stat: exact`` (deterministic metrics) intervals are points and a tie at the
+boundary holds only where a margin allows it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from . import stats
+from .parse import Claim
+
+VERDICTS = ("holds", "fails", "inconclusive")
+_SEED_PART = re.compile(r"(^|/)seed\d+(?=/|$)")
+
+
+@dataclass
+class CellStat:
+    """One addressed cell: its filters, per-seed values and their summary."""
+
+    selector: dict[str, Any]
+    label: str = ""
+    values: list[float] = field(default_factory=list)
+    n: int = 0
+    mean: float | None = None
+    std: float | None = None
+    problem: str | None = None  # why it cannot be used (missing, failed, ambiguous, ...)
+
+
+@dataclass
+class Verdict:
+    """The judgement of one claim; ``estimate``/``low``/``high`` are the tested quantity
+    (difference, ratio, mean or slope) and its interval, when the test has one number."""
+
+    claim: Claim
+    verdict: str
+    reason: str
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    cells: list[CellStat] = field(default_factory=list)
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Inconclusive(Exception):
+    """A cell problem that makes the claim inconclusive (the message says which)."""
+
+
+def _match(col: pl.Series, value: Any) -> pl.Series:
+    values = value if isinstance(value, list) else [value]
+    out = pl.Series([False] * len(col))
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float) or col.dtype == pl.Utf8:
+            out = out | (col.cast(pl.Utf8) == str(v)).fill_null(False)
+        else:
+            x = col.cast(pl.Float64)
+            out = out | ((x - float(v)).abs() <= 1e-9 * max(1.0, abs(float(v)))).fill_null(False)
+    return out
+
+
+def _select(runs: pl.DataFrame, filters: dict[str, Any]) -> pl.DataFrame:
+    mask = pl.Series([True] * runs.height)
+    for col, value in filters.items():
+        if col not in runs.columns:
+            return runs.head(0)
+        mask = mask & _match(runs[col], value)
+    return runs.filter(mask)
+
+
+def _describe(filters: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in filters.items()) or "(all rows)"
+
+
+def _cell(
+    runs: pl.DataFrame | None, filters: dict[str, Any], metric: str, row_key, min_seeds: int
+) -> CellStat:
+    """The per-seed values of the one cell ``filters`` address; raises Inconclusive."""
+    stat = CellStat(selector=filters)
+    if runs is None:
+        raise Inconclusive("no runs table of this pillar in the results")
+    rows = _select(runs, filters)
+    if rows.height == 0:
+        raise Inconclusive(f"no cell matches {_describe(filters)}")
+    key = [c for c in row_key if c != "seed" and c in rows.columns]
+    cells = [_SEED_PART.sub("", c) for c in rows["cell_id"].to_list()]  # one id per seed
+    rows = rows.with_columns(pl.Series("_cell", cells))
+    groups = rows.select(["_cell", *key]).unique()
+    if groups.height > 1:
+        some = "; ".join(groups["_cell"].head(3).to_list())
+        raise Inconclusive(
+            f"{_describe(filters)} matches {groups.height} cells (e.g. {some}): add filters "
+            "(setting, task, ...) so that it names one"
+        )
+    stat.label = rows["label"][0] if "label" in rows.columns else groups["_cell"][0]
+    bad = rows.filter(pl.col("status") != "ok")
+    if bad.height:
+        raise Inconclusive(
+            f"{_describe(filters)}: {bad.height} row(s) {', '.join(sorted(set(bad['status'])))}"
+            f" (e.g. {bad['cell_id'][0]}): a claim over a failed cell is not judged"
+        )
+    values = [float(v) for v in rows[metric].to_list() if v is not None and math.isfinite(v)]
+    if len(values) < min_seeds:
+        raise Inconclusive(
+            f"{_describe(filters)}: {len(values)} seed(s) with {metric}, the test needs {min_seeds}"
+        )
+    stat.values, stat.n = values, len(values)
+    stat.mean = sum(values) / len(values)
+    if len(values) > 1:
+        m = stat.mean
+        stat.std = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+    return stat
+
+
+def _above(low: float, high: float, point: float, exact: bool, allow_tie: bool) -> str:
+    """holds if the interval lies above ``point``, fails if below, else inconclusive."""
+    if exact:
+        return "holds" if low > point or (allow_tie and low == point) else "fails"
+    if low > point:
+        return "holds"
+    if high < point:
+        return "fails"
+    return "inconclusive"
+
+
+def _order(a: CellStat, b: CellStat, op: str, margin: float, level: float, exact: bool):
+    """(verdict, d, low, high) of ``a op b`` with margin; d is oriented so that > −m holds."""
+    first, second = (a, b) if op == ">" else (b, a)
+    d, lo, hi = stats.welch_diff(first.values, second.values, level, exact)
+    return _above(lo, hi, -margin, exact, allow_tie=margin > 0), d, lo, hi
+
+
+def _equal(a: CellStat, b: CellStat, tol: float, level: float, exact: bool):
+    d, lo, hi = stats.welch_diff(a.values, b.values, level, exact)
+    if -tol <= lo and hi <= tol:
+        return "holds", d, lo, hi
+    if lo > tol or hi < -tol or exact:
+        return "fails", d, lo, hi
+    return "inconclusive", d, lo, hi
+
+
+def _combine(verdicts: list[str]) -> str:
+    if "fails" in verdicts:
+        return "fails"
+    return "holds" if all(v == "holds" for v in verdicts) else "inconclusive"
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "–"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    return f"{x:.4g}"
+
+
+class _Ctx:
+    """What the kind functions need: the test, its metric's table and cell lookup."""
+
+    def __init__(self, claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: dict):
+        self.claim, self.t = claim, claim.test
+        self.level, self.exact = self.t["level"], self.t["stat"] == "exact"
+        self.runs = tables.get(self.t["pillar"])
+        self.key = row_keys.get(self.t["pillar"], ())
+        self.cells: list[CellStat] = []
+
+    def cell(self, filters: dict[str, Any]) -> CellStat:
+        t = self.t
+        c = _cell(self.runs, {**t["where"], **filters}, t["metric"], self.key, t["min_seeds"])
+        self.cells.append(c)
+        return c
+
+    def interval(self, what: str, est: float, lo: float, hi: float, against: str) -> str:
+        exact = " (exact)" if self.exact else ""
+        return (
+            f"{what} = {_fmt(est)}, {self.level:.0%} interval [{_fmt(lo)}, {_fmt(hi)}] "
+            f"against {against}{exact}"
+        )
+
+
+def _side(op: str, lo: float, hi: float, point: float, exact: bool) -> str:
+    """``op`` ``>``: the interval above ``point``; ``<``: below it."""
+    if op == ">":
+        return _above(lo, hi, point, exact, False)
+    return _above(-hi, -lo, -point, exact, False)
+
+
+def _judge_pair(x: _Ctx) -> Verdict:
+    t = x.t
+    a, b = x.cell(t["a"]), x.cell(t["b"])
+    if t["kind"] == "order":
+        v, est, lo, hi = _order(a, b, t["op"], t.get("margin", 0.0), x.level, x.exact)
+        what = "mean(a) − mean(b)" if t["op"] == ">" else "mean(b) − mean(a)"
+        margin = t.get("margin", 0.0)
+        against = f"> {_fmt(-margin)}" if margin else "> 0"
+    elif t["kind"] == "equal":
+        v, est, lo, hi = _equal(a, b, t["tol"], x.level, x.exact)
+        what, against = "mean(a) − mean(b)", f"[{_fmt(-t['tol'])}, {_fmt(t['tol'])}]"
+    else:
+        est, lo, hi = stats.ratio_interval(a.values, b.values, x.level, x.exact)
+        v = _side(t["op"], lo, hi, t["threshold"], x.exact)
+        what, against = "mean(a) / mean(b)", f"{t['op']} {_fmt(t['threshold'])}"
+    return Verdict(x.claim, v, x.interval(what, est, lo, hi, against), est, lo, hi, x.cells)
+
+
+def _judge_value(x: _Ctx) -> Verdict:
+    t = x.t
+    a = x.cell(t["a"])
+    est, lo, hi = stats.mean_interval(a.values, x.level, x.exact)
+    if "within" in t:
+        low_b, high_b = t["within"]
+        if low_b <= lo and hi <= high_b:
+            v = "holds"
+        elif hi < low_b or lo > high_b or x.exact:
+            v = "fails"
+        else:
+            v = "inconclusive"
+        against = f"the band [{_fmt(low_b)}, {_fmt(high_b)}]"
+    else:
+        v = _side(t["op"], lo, hi, t["bound"], x.exact)
+        against = f"{t['op']} {_fmt(t['bound'])}"
+    return Verdict(x.claim, v, x.interval("mean", est, lo, hi, against), est, lo, hi, x.cells)
+
+
+def _judge_ranking(x: _Ctx) -> Verdict:
+    from sparsebench.suite.pillar import get_pillar
+
+    t = x.t
+    higher = {m.name: m.higher_is_better for m in get_pillar(t["pillar"]).metrics}
+    op = ">" if higher[t["metric"]] else "<"
+    cells = [x.cell(f) for f in t["order"]]
+    pairs = []
+    for a, b in zip(cells, cells[1:], strict=False):
+        v, d, lo, hi = _order(a, b, op, t.get("margin", 0.0), x.level, x.exact)
+        pairs.append(
+            {"better": a.label, "worse": b.label, "verdict": v, "diff": d, "low": lo, "high": hi}
+        )
+    reason = "; ".join(
+        f"{p['better']} vs {p['worse']}: {p['verdict']} (diff {_fmt(p['diff'])}, "
+        f"[{_fmt(p['low'])}, {_fmt(p['high'])}])"
+        for p in pairs
+    )
+    return Verdict(x.claim, _combine([p["verdict"] for p in pairs]), reason, cells=x.cells,
+                   pairs=pairs)  # fmt: skip
+
+
+def _along(x: _Ctx) -> tuple[list[float], list[CellStat]]:
+    """The values of ``along`` present for the cells of ``a``, ascending, and their cells."""
+    t, along = x.t, x.t["along"]
+    if x.runs is None:
+        raise Inconclusive("no runs table of this pillar in the results")
+    base = _select(x.runs, {**t["where"], **t["a"]})
+    xs = sorted({float(v) for v in base[along].drop_nulls().to_list()}) if base.height else []
+    if len(xs) < 2:
+        raise Inconclusive(
+            f"{_describe({**t['where'], **t['a']})}: {len(xs)} value(s) of {along}; a trend "
+            "needs at least 2"
+        )
+    return xs, [x.cell({**t["a"], along: v}) for v in xs]
+
+
+def _judge_trend(x: _Ctx) -> Verdict:
+    t = x.t
+    xs, cells = _along(x)
+    pairs = []
+    for i in range(len(xs) - 1):
+        c0, c1 = cells[i], cells[i + 1]
+        if t["direction"] == "constant":
+            v, d, lo, hi = _equal(c1, c0, t["tol"], x.level, x.exact)
+        else:
+            op = ">" if t["direction"] == "increasing" else "<"
+            v, d, lo, hi = _order(c1, c0, op, t.get("margin", 0.0), x.level, x.exact)
+        pairs.append({"from": xs[i], "to": xs[i + 1], "verdict": v, "diff": d, "low": lo,
+                      "high": hi})  # fmt: skip
+    reason = "; ".join(
+        f"{t['along']} {_fmt(p['from'])} → {_fmt(p['to'])}: {p['verdict']} "
+        f"(change {_fmt(p['diff'])}, [{_fmt(p['low'])}, {_fmt(p['high'])}])"
+        for p in pairs
+    )
+    return Verdict(x.claim, _combine([p["verdict"] for p in pairs]), reason, cells=x.cells,
+                   pairs=pairs)  # fmt: skip
+
+
+def _judge_exponent(x: _Ctx) -> Verdict:
+    t = x.t
+    xs, cells = _along(x)
+    px = [v for v, c in zip(xs, cells, strict=True) for _ in c.values]
+    py = [v for c in cells for v in c.values]
+    if min(px) <= 0 or min(py) <= 0:
+        raise Inconclusive(f"{t['along']} and {t['metric']} must be > 0 for a log-log fit")
+    est, lo, hi = stats.slope_interval(px, py, x.level, x.exact)
+    v = _side(t["op"], lo, hi, t["bound"], x.exact)
+    what = f"slope of log {t['metric']} on log {t['along']} ({len(py)} points)"
+    reason = x.interval(what, est, lo, hi, f"{t['op']} {_fmt(t['bound'])}")
+    return Verdict(x.claim, v, reason, est, lo, hi, x.cells)
+
+
+_KINDS = {
+    "order": _judge_pair,
+    "equal": _judge_pair,
+    "ratio": _judge_pair,
+    "value": _judge_value,
+    "ranking": _judge_ranking,
+    "trend": _judge_trend,
+    "exponent": _judge_exponent,
+}
+
+
+def judge(claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: dict) -> Verdict:
+    """Judge one claim against the runs tables (pillar name -> table, None if absent) with
+    the pillars' row keys (pillar name -> columns that, with the cell id, identify a row)."""
+    x = _Ctx(claim, tables, row_keys)
+    try:
+        return _KINDS[claim.test["kind"]](x)
+    except Inconclusive as e:
+        return Verdict(claim, "inconclusive", str(e), cells=x.cells)
+
+
+def load_tables(bench_dir, pillars: set[str]) -> dict[str, pl.DataFrame | None]:
+    """``<bench_dir>/<pillar>/runs.parquet`` of each pillar (None where it does not exist)."""
+    from pathlib import Path
+
+    out: dict[str, pl.DataFrame | None] = {}
+    for name in pillars:
+        path = Path(bench_dir) / name / "runs.parquet"
+        out[name] = pl.read_parquet(path) if path.is_file() else None
+    return out
+
+
+def judge_all(claims: list[Claim], bench_dir) -> list[Verdict]:
+    """Every claim judged against the tables under ``bench_dir`` (results/<bench>)."""
+    from sparsebench.suite.pillar import get_pillar
+
+    pillars = {c.test["pillar"] for c in claims}
+    tables = load_tables(bench_dir, pillars)
+    keys = {p: tuple(get_pillar(p).row_key) for p in pillars}
+    return [judge(c, tables, keys) for c in claims]

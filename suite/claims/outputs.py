@@ -1,0 +1,201 @@
+"""Verdicts -> ``claims.md`` (table per paper, badge line; also as ``claims.html`` for
+``snakemake --report``), ``claims.json`` (every number),
+``claims.tex`` (one ``\\newcommand`` per measured number and verdict, as showyourwork users cite
+numbers) and the badge line ``n holds / n fails / n inconclusive``.
+
+LaTeX macro names are letters only (TeX control words cannot hold digits or dashes): the
+claim id in CamelCase with digits spelled out, prefixed ``\\claim``, suffixed with the field:
+``rigl-set-static-90`` -> ``\\claimRiglSetStaticNineZeroVerdict``, ``...Estimate``, ``...Low``,
+``...High``, and ``...MeanA``, ``...MeanB``, ... for the addressed cells in order (their seed
+means; fractions as percent, like the leaderboards). ``\\claimsHold``, ``\\claimsFail``,
+``\\claimsInconclusive`` count the verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .judge import VERDICTS, Verdict
+
+_DIGITS = ("Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine")
+_ICON = {"holds": "✅ holds", "fails": "❌ fails", "inconclusive": "❔ inconclusive"}
+
+
+def macro_name(claim_id: str, field: str) -> str:
+    """``\\claim<CamelCaseId><Field>``: a valid TeX control word (letters only)."""
+    words = []
+    for part in claim_id.split("-"):
+        word = "".join(_DIGITS[int(ch)] if ch.isdigit() else ch for ch in part)
+        words.append(word[:1].upper() + word[1:])
+    return "\\claim" + "".join(words) + field
+
+
+def _unit(v: Verdict) -> str:
+    from sparsebench.suite.pillar import get_pillar
+
+    metrics = {m.name: m for m in get_pillar(v.claim.test["pillar"]).metrics}
+    return metrics[v.claim.test["metric"]].unit
+
+
+def _num(x: float | None, unit: str = "") -> str:
+    """A readable number: fractions as percent with 2 decimals, else 4 significant digits."""
+    if x is None:
+        return "–"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    if unit == "fraction":
+        return f"{100 * x:.2f}"
+    return f"{x:.4g}"
+
+
+def badge(verdicts: list[Verdict]) -> str:
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
+    return (
+        f"claims: {counts['holds']} holds / {counts['fails']} fails / "
+        f"{counts['inconclusive']} inconclusive (of {len(verdicts)})"
+    )
+
+
+def to_json(verdicts: list[Verdict]) -> dict[str, Any]:
+    def finite(x):
+        return None if x is None or not math.isfinite(x) else x
+
+    rows = []
+    for v in verdicts:
+        c = v.claim
+        rows.append(
+            {
+                "id": c.id,
+                "paper": c.paper,
+                "file": c.file,
+                "statement": c.statement,
+                "source": c.source,
+                "ours": c.ours,
+                "why": c.why,
+                "test": c.test,
+                "verdict": v.verdict,
+                "reason": v.reason,
+                "estimate": finite(v.estimate),
+                "low": finite(v.low),
+                "high": finite(v.high),
+                "cells": [
+                    {
+                        "selector": s.selector,
+                        "label": s.label,
+                        "n": s.n,
+                        "mean": s.mean,
+                        "std": s.std,
+                        "values": s.values,
+                    }  # fmt: skip
+                    for s in v.cells
+                ],
+                "pairs": [
+                    {k: finite(x) if isinstance(x, float) else x for k, x in p.items()}
+                    for p in v.pairs
+                ],  # fmt: skip
+            }
+        )
+    return {"badge": badge(verdicts), "claims": rows}
+
+
+def to_markdown(verdicts: list[Verdict], bench: str) -> str:
+    lines = [f"# Claims: {bench}", "", f"**{badge(verdicts)}**", ""]
+    lines += [
+        "Each claim is a paper's statement judged on this benchmark's records at our scale "
+        "(the direction, not the paper's absolute numbers). Intervals are two-sided over "
+        "seeds (Welch for differences, bootstrap for ratios, t for means and slopes); "
+        "*inconclusive* means a cell is missing, failed or has too few seeds, or the "
+        "interval contains the claim's boundary (inside seed noise). Fractions in percent.",
+        "",
+    ]
+    papers: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        papers.setdefault(v.claim.paper["key"], []).append(v)
+    for group in papers.values():
+        p = group[0].claim.paper
+        venue = f", {p['venue']}" if p.get("venue") else ""
+        lines += [f"## {p['authors']} ({p['year']}{venue}): {p['title']}", ""]
+        lines += [
+            "| claim | statement | the paper | we measured | verdict |",
+            "|---|---|---|---|---|",
+        ]
+        for v in group:
+            c = v.claim
+            unit = _unit(v)
+            said = f"{c.source['where']}; {c.source['setting']}"
+            if c.source.get("numbers"):
+                said += f": {c.source['numbers']}"
+            cells = "; ".join(
+                f"{s.label or s.selector}: {_num(s.mean, unit)}"
+                + (f" ± {_num(s.std, unit)}" if s.std is not None else "")
+                + f" (n={s.n})"
+                for s in v.cells
+                if s.n
+            )
+            measured = f"{cells}. {v.reason}" if cells else v.reason
+            cell = lambda s: s.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+            lines.append(
+                f"| `{c.id}` | {cell(c.statement)} | {cell(said)} | {cell(measured)} | "
+                f"{_ICON[v.verdict]} |"
+            )
+        lines.append("")
+        for v in group:
+            ours = f" Our setting: {v.claim.ours}" if v.claim.ours else ""
+            lines.append(f"* `{v.claim.id}`: why this tests the direction: {v.claim.why}{ours}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def to_tex(verdicts: list[Verdict]) -> str:
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
+    lines = [
+        "% sparsebench claims: generated by `sparsebench claims`; do not edit.",
+        f"\\newcommand{{\\claimsHold}}{{{counts['holds']}}}",
+        f"\\newcommand{{\\claimsFail}}{{{counts['fails']}}}",
+        f"\\newcommand{{\\claimsInconclusive}}{{{counts['inconclusive']}}}",
+    ]
+    for v in verdicts:
+        cid, unit = v.claim.id, _unit(v)
+        lines.append(f"\\newcommand{{{macro_name(cid, 'Verdict')}}}{{{v.verdict}}}")
+        for name, x in (("Estimate", v.estimate), ("Low", v.low), ("High", v.high)):
+            if x is not None and math.isfinite(x):
+                lines.append(f"\\newcommand{{{macro_name(cid, name)}}}{{{_num(x)}}}")
+        for i, s in enumerate(v.cells):
+            if s.mean is not None:
+                letter = chr(ord("A") + i) if i < 26 else f"Z{i}"
+                value = _num(s.mean, unit)  # ASCII: digits, '.', '-', 'e'
+                lines.append(f"\\newcommand{{{macro_name(cid, 'Mean' + letter)}}}{{{value}}}")
+    return "\n".join(lines) + "\n"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write(verdicts: list[Verdict], bench_dir: str | Path) -> dict[str, Path]:
+    """Write ``claims.{md,json,tex,html}`` into ``bench_dir`` (atomically); return their
+    paths."""
+    bench_dir = Path(bench_dir)
+    files = {
+        "md": bench_dir / "claims.md",
+        "json": bench_dir / "claims.json",
+        "tex": bench_dir / "claims.tex",
+        "html": bench_dir / "claims.html",
+    }
+    from sparsebench.suite.boards import html_page
+
+    md = to_markdown(verdicts, bench_dir.name)
+    _atomic_write(files["md"], md)
+    _atomic_write(files["html"], html_page(md, f"{bench_dir.name}: claims"))
+    _atomic_write(files["json"], json.dumps(to_json(verdicts), indent=1, default=str) + "\n")
+    _atomic_write(files["tex"], to_tex(verdicts))
+    return files

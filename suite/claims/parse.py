@@ -1,0 +1,250 @@
+"""Claim files (``claims/<paper>.yaml``) -> validated :class:`Claim` objects.
+
+A claim file is data: it is read with the spec's YAML loader (floats like ``1e-3``, duplicate
+keys refused), checked against ``claim.schema.json``, and then against the pillar registry:
+the pillar must exist, the metric must be one of its :attr:`Pillar.metrics`, and every filter
+column must be a column of its runs table. Every error names the file, the claim id and what
+is allowed (:class:`ClaimError`). Nothing in a claim file is ever evaluated as code.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).with_name("claim.schema.json")
+KINDS = ("order", "equal", "ratio", "value", "ranking", "trend", "exponent")
+# Keys each kind needs (beyond kind and metric) and the ones it may have.
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "order": ("a", "b", "op"),
+    "equal": ("a", "b", "tol"),
+    "ratio": ("a", "b", "op", "threshold"),
+    "value": ("a",),
+    "ranking": ("order",),
+    "trend": ("a", "along", "direction"),
+    "exponent": ("a", "along", "op", "bound"),
+}
+_MAY: dict[str, tuple[str, ...]] = {
+    "order": ("margin",),
+    "equal": (),
+    "ratio": (),
+    "value": ("op", "bound", "within"),
+    "ranking": ("margin",),
+    "trend": ("margin", "tol"),
+    "exponent": (),
+}
+_COMMON = ("kind", "pillar", "metric", "where", "stat", "level", "min_seeds")
+
+
+class ClaimError(ValueError):
+    """An invalid claim file; the message names the file, the claim id and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a paper, ready to judge.
+
+    Attributes:
+        id: unique over every claim file of a run (``rigl-set-static-90``).
+        paper: the file's ``paper`` mapping (key, authors, year, title, venue, url).
+        statement: the claim in words.
+        source: where the paper says it: ``where`` (table/figure), ``setting``, ``numbers``.
+        ours: our scaled setting in words; ``why``: why it tests the direction.
+        test: the merged test mapping (defaults filled in): kind, pillar, metric, where,
+            a/b/order selectors, op, margin, tol, threshold, bound, within, along,
+            direction, stat, level, min_seeds.
+        file: the claim file it came from.
+    """
+
+    id: str
+    paper: dict[str, Any]
+    statement: str
+    source: dict[str, Any]
+    why: str
+    test: dict[str, Any]
+    file: str
+    ours: str = ""
+    selectors: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+
+
+def _schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def _where(err: jsonschema.ValidationError, data: Any) -> str:
+    path = list(err.absolute_path)
+    if len(path) >= 2 and path[0] == "claims" and isinstance(path[1], int):
+        try:
+            cid = data["claims"][path[1]].get("id", f"#{path[1] + 1}")
+        except (AttributeError, IndexError, KeyError, TypeError):
+            cid = f"#{path[1] + 1}"
+        rest = ".".join(map(str, path[2:])) or "(the claim)"
+        return f"claim {cid!r}: {rest}"
+    return ".".join(map(str, path)) or "(top level)"
+
+
+def _format(err: jsonschema.ValidationError, data: Any, source: str) -> str:
+    where = _where(err, data)
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        return (
+            f"{source}: {where}: unknown key {', '.join(map(repr, extra))}; allowed keys: "
+            f"{', '.join(allowed)}"
+        )
+    if err.validator == "enum":
+        allowed = ", ".join(repr(v) for v in err.validator_value)
+        return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}"
+    if err.validator == "pattern":
+        return (
+            f"{source}: {where}: {err.instance!r} is not a valid name: lower-case letters and "
+            "digits in words joined by '-' (e.g. rigl-set-static-90)"
+        )
+    if err.validator == "required":
+        return f"{source}: {where}: {err.message}"
+    return f"{source}: {where}: {err.message}"
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """The parsed YAML of a claim file; ClaimError if missing, empty or not a mapping."""
+    from sparsebench.suite.spec import SpecLoader
+
+    path = Path(path)
+    if not path.is_file():
+        raise ClaimError(f"{path}: claim file not found")
+    try:
+        data = yaml.load(path.read_text(), Loader=SpecLoader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as e:
+        raise ClaimError(f"{path}: not valid YAML: {e}") from None
+    if data is None:
+        raise ClaimError(f"{path}: the claim file is empty; see docs/claims.md for the format")
+    if not isinstance(data, dict):
+        raise ClaimError(f"{path}: a claim file is a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def _merge(defaults: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(defaults)
+    where = {**out.pop("where", {}), **test.get("where", {})}
+    out.update(copy.deepcopy(test))
+    out["where"] = where
+    out.setdefault("stat", "welch")
+    out.setdefault("level", 0.95)
+    out.setdefault("min_seeds", 1 if out["stat"] == "exact" else 2)
+    return out
+
+
+def _check_test(t: dict[str, Any], where: str) -> None:
+    """Kind-specific keys and the registry: pillar, metric, filter columns."""
+    from sparsebench.suite.pillar import PillarError, get_pillar
+    from sparsebench.suite.record import COMMON_COLUMNS
+
+    kind = t["kind"]
+    missing = [k for k in ("pillar", "metric", *_NEEDS[kind]) if k not in t]
+    if missing:
+        raise ClaimError(
+            f"{where}: a {kind!r} test needs {', '.join(map(repr, missing))} (in the test or "
+            f"the file's defaults); a {kind!r} test takes {', '.join(_NEEDS[kind] + _MAY[kind])}"
+        )
+    extra = sorted(set(t) - set(_COMMON) - set(_NEEDS[kind]) - set(_MAY[kind]))
+    if extra:
+        raise ClaimError(
+            f"{where}: key {', '.join(map(repr, extra))} does not apply to a {kind!r} test; "
+            f"it takes {', '.join(_NEEDS[kind] + _MAY[kind])}"
+        )
+    if kind == "value" and ("within" in t) == ("op" in t or "bound" in t):
+        raise ClaimError(f"{where}: a 'value' test takes either op and bound, or within")
+    if kind == "value" and "op" in t and "bound" not in t:
+        raise ClaimError(f"{where}: a 'value' test with op needs bound")
+    if kind == "trend" and (t["direction"] == "constant") != ("tol" in t):
+        raise ClaimError(
+            f"{where}: a 'constant' trend needs tol (the largest change between neighbours "
+            "that counts as constant), and only a constant trend takes tol"
+        )
+    if "within" in t and t["within"][0] > t["within"][1]:
+        raise ClaimError(f"{where}: within: {t['within']} is empty (lower > upper)")
+    try:
+        pillar = get_pillar(t["pillar"])
+    except PillarError as e:
+        raise ClaimError(f"{where}: pillar: {e}") from None
+    metrics = {m.name: m for m in pillar.metrics}
+    if t["metric"] not in metrics:
+        raise ClaimError(
+            f"{where}: unknown metric {t['metric']!r} of pillar {pillar.name!r}; its metrics: "
+            f"{', '.join(metrics)}"
+        )
+    columns = set(COMMON_COLUMNS) | set(pillar.columns)
+    selectors = [t["where"], *(t[k] for k in ("a", "b") if k in t), *t.get("order", [])]
+    used = [c for s in selectors for c in s] + ([t["along"]] if "along" in t else [])
+    unknown = sorted({c for c in used if c not in columns})
+    if unknown:
+        raise ClaimError(
+            f"{where}: unknown column {', '.join(map(repr, unknown))} of pillar "
+            f"{pillar.name!r}; its columns: {', '.join(sorted(columns))}"
+        )
+
+
+def parse(data: dict[str, Any], source: str) -> list[Claim]:
+    """Validate parsed claim-file ``data`` (from ``source``) into claims; ClaimError if not."""
+    schema = _schema()
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(data),
+        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
+    if errors:
+        raise ClaimError(_format(errors[0], data, source))
+    defaults = data.get("defaults", {})
+    claims, seen = [], set()
+    for raw in data["claims"]:
+        where = f"{source}: claim {raw['id']!r}"
+        if raw["id"] in seen:
+            raise ClaimError(f"{where}: the id is used twice in this file; ids are unique")
+        seen.add(raw["id"])
+        test = _merge(defaults, raw["test"])
+        _check_test(test, where)
+        sels = (
+            tuple(test["order"])
+            if test["kind"] == "ranking"
+            else tuple(test[k] for k in ("a", "b") if k in test)
+        )
+        claims.append(
+            Claim(
+                id=raw["id"],
+                paper=dict(data["paper"]),
+                statement=raw["statement"],
+                source=dict(raw["source"]),
+                why=raw["why"],
+                test=test,
+                file=source,
+                ours=raw.get("ours", ""),
+                selectors=sels,
+            )
+        )
+    return claims
+
+
+def load_file(path: str | Path) -> list[Claim]:
+    """The claims of one file (``sparsebench claims --check FILE``)."""
+    return parse(read(path), str(path))
+
+
+def load_files(paths: list[str | Path]) -> list[Claim]:
+    """The claims of several files; ClaimError if an id repeats across them."""
+    claims: list[Claim] = []
+    first: dict[str, str] = {}
+    for p in paths:
+        for c in load_file(p):
+            if c.id in first:
+                raise ClaimError(
+                    f"{p}: claim {c.id!r} is also in {first[c.id]}; claim ids are unique over "
+                    "all the claim files of a benchmark (they name LaTeX macros)"
+                )
+            first[c.id] = str(p)
+            claims.append(c)
+    return claims

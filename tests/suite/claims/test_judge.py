@@ -1,0 +1,134 @@
+"""Each statement kind judged on small hand-built tables, including the inconclusive cases."""
+
+import math
+
+import pytest
+
+from sparsebench.suite.claims import judge
+from sparsebench.suite.claims.stats import mean_interval, ratio_interval, welch_diff
+
+from .conftest import rows, table
+
+KEYS = {"classification": ("task", "method", "setting_id", "target_sparsity", "seed")}
+RIGL, SET = {"method": "rigl"}, {"method": "set"}
+
+
+def verdict(c, runs):
+    return judge(c, {"classification": runs}, KEYS)
+
+
+def test_welch_interval_by_hand():
+    # a = 1, 2, 3 (var 1), b = 0, 0, 0: se² = 1/3, df = (1/3)² / ((1/3)²/2) = 2,
+    # t(0.975, 2) = 4.3027: d = 2 ± 4.3027 · 0.57735 = 2 ± 2.4841
+    d, lo, hi = welch_diff([1, 2, 3], [0, 0, 0], 0.95)
+    assert d == 2 and lo == pytest.approx(-0.4841, abs=1e-4) and hi == pytest.approx(4.4841, 1e-4)
+    assert welch_diff([1.0], [0.0, 1.0], 0.95)[1:] == (-math.inf, math.inf)  # n = 1: unbounded
+    assert welch_diff([2.0, 2.0], [1.0, 1.0], 0.95) == (1.0, 1.0, 1.0)  # no spread: a point
+    m, lo, hi = mean_interval([1, 2, 3], 0.95)  # 2 ± 4.3027 / sqrt(3)
+    assert m == 2 and hi - m == pytest.approx(4.3027 / math.sqrt(3), 1e-4)
+    r, lo, hi = ratio_interval([2, 2.2, 1.8], [1, 1.1, 0.9], 0.95)
+    assert r == pytest.approx(2.0) and lo < 2 < hi and ratio_interval([2], [1], 0.9, True)[1] == 2
+
+
+def test_order_holds_fails_and_is_inconclusive_inside_noise(claim):
+    c = claim({"kind": "order", "a": RIGL, "b": SET, "op": ">"})
+    clear = table(rows("rigl", [0.93, 0.94, 0.935]), rows("set", [0.90, 0.905, 0.91]))
+    v = verdict(c, clear)
+    assert v.verdict == "holds" and v.estimate == pytest.approx(0.03) and v.low > 0
+    assert [s.n for s in v.cells] == [3, 3] and v.cells[0].mean == pytest.approx(0.935)
+    reverse = table(rows("rigl", [0.90, 0.905, 0.91]), rows("set", [0.93, 0.94, 0.935]))
+    assert verdict(c, reverse).verdict == "fails"
+    noisy = table(rows("rigl", [0.93, 0.90, 0.95]), rows("set", [0.92, 0.91, 0.94]))
+    v = verdict(c, noisy)
+    assert v.verdict == "inconclusive" and v.low < 0 < v.high and "interval" in v.reason
+    # a margin: "rigl ≥ set − 0.05" holds where plain ">" is inside noise
+    assert verdict(claim({**c.test, "margin": 0.05}), noisy).verdict == "holds"
+    # "<" is the mirror image
+    assert verdict(claim({**c.test, "op": "<"}), reverse).verdict == "holds"
+
+
+def test_missing_single_seed_failed_and_ambiguous_cells_are_inconclusive(claim):
+    c = claim({"kind": "order", "a": RIGL, "b": SET, "op": ">"})
+    ok = rows("set", [0.90, 0.905, 0.91])
+    v = verdict(c, table(ok))
+    assert v.verdict == "inconclusive" and "no cell matches method=rigl" in v.reason
+    v = verdict(c, table(rows("rigl", [0.99]), ok))
+    assert v.verdict == "inconclusive" and "1 seed(s) with test_acc, the test needs 2" in v.reason
+    failed = rows("rigl", [0.99, 0.99]) + rows("rigl", [None], status="failed")[:1]
+    failed[-1]["seed"], failed[-1]["cell_id"] = 2, "t/rigl/default/s0.9/seed2"
+    v = verdict(c, table(failed, ok))
+    assert v.verdict == "inconclusive" and "1 row(s) failed" in v.reason
+    two = table(rows("rigl", [0.99, 0.98]), rows("rigl", [0.5, 0.51], setting="dT25"), ok)
+    v = verdict(c, two)
+    assert v.verdict == "inconclusive" and "matches 2 cells" in v.reason
+    assert verdict(claim({**c.test, "a": {**RIGL, "setting": "dT25"}}), two).verdict == "fails"
+    assert judge(c, {"classification": None}, KEYS).reason.startswith("no runs table")
+
+
+def test_equal_is_an_equivalence_test(claim):
+    c = claim({"kind": "equal", "a": RIGL, "b": SET, "tol": 0.01})
+    same = table(rows("rigl", [0.900, 0.901, 0.902]), rows("set", [0.901, 0.900, 0.902]))
+    assert verdict(c, same).verdict == "holds"
+    far = table(rows("rigl", [0.95, 0.951, 0.952]), rows("set", [0.90, 0.901, 0.902]))
+    assert verdict(c, far).verdict == "fails"
+    wide = table(rows("rigl", [0.85, 0.95, 0.90]), rows("set", [0.90, 0.901, 0.902]))
+    assert verdict(c, wide).verdict == "inconclusive"
+
+
+def test_ratio_and_value(claim):
+    runs = table(rows("rigl", [0.9, 0.9], 0.9), rows("static", [0.8, 0.8], 0.9))
+    c = claim({"kind": "ratio", "a": {"method": "rigl"}, "b": {"method": "static"}, "op": ">",
+               "threshold": 1.1}, stat="exact")  # fmt: skip
+    v = verdict(c, runs)
+    assert v.verdict == "holds" and v.estimate == pytest.approx(1.125)
+    assert verdict(claim({**c.test, "threshold": 1.2}), runs).verdict == "fails"
+    band = claim({"kind": "value", "a": RIGL, "within": [0.85, 0.95]})
+    assert verdict(band, table(rows("rigl", [0.9, 0.91, 0.89]))).verdict == "holds"
+    assert verdict(band, table(rows("rigl", [0.5, 0.51, 0.49]))).verdict == "fails"
+    assert verdict(band, table(rows("rigl", [0.7, 0.99, 0.9]))).verdict == "inconclusive"
+    low = claim({"kind": "value", "a": RIGL, "op": "<", "bound": 0.95})
+    assert verdict(low, table(rows("rigl", [0.9, 0.91, 0.89]))).verdict == "holds"
+
+
+def test_ranking_holds_only_if_every_neighbouring_pair_does(claim):
+    c = claim({"kind": "ranking", "order": [RIGL, SET, {"method": "static"}]})
+    good = table(rows("rigl", [0.95, 0.951, 0.952]), rows("set", [0.92, 0.921, 0.922]),
+                 rows("static", [0.90, 0.901, 0.902]))  # fmt: skip
+    v = verdict(c, good)
+    assert v.verdict == "holds" and [p["verdict"] for p in v.pairs] == ["holds", "holds"]
+    swapped = table(rows("rigl", [0.95, 0.951, 0.952]), rows("set", [0.90, 0.901, 0.902]),
+                    rows("static", [0.92, 0.921, 0.922]))  # fmt: skip
+    v = verdict(c, swapped)
+    assert v.verdict == "fails" and v.pairs[1]["verdict"] == "fails"
+    # lower-is-better metric: the ranking is by ascending FLOPs
+    cheaper_first = [{"target_sparsity": 0.98}, {"target_sparsity": 0.9}]
+    flops = claim({"kind": "ranking", "order": cheaper_first}, metric="train_flops",
+                  stat="exact")  # fmt: skip
+    runs = table(rows("rigl", [0.9], 0.9), rows("rigl", [0.8], 0.98))
+    assert verdict(flops, runs).verdict == "holds"
+
+
+def test_trend_along_a_column(claim):
+    runs = table(rows("static", [0.95, 0.951, 0.952], 0.9), rows("static", [0.93, 0.931, 0.932],
+                 0.95), rows("static", [0.80, 0.801, 0.802], 0.98))  # fmt: skip
+    c = claim({"kind": "trend", "a": {"method": "static"}, "along": "target_sparsity",
+               "direction": "decreasing"})  # fmt: skip
+    v = verdict(c, runs)
+    assert v.verdict == "holds" and [p["to"] for p in v.pairs] == [0.95, 0.98]
+    up = claim({**c.test, "direction": "increasing"})
+    assert verdict(up, runs).verdict == "fails"
+    flat = claim({**c.test, "direction": "constant", "tol": 0.005}, metric="train_flops",
+                 stat="exact")  # fmt: skip
+    assert verdict(flat, runs).verdict == "fails"  # FLOPs fall with sparsity by 5e7 > tol
+    one = table(rows("static", [0.95, 0.951], 0.9))
+    assert verdict(c, one).verdict == "inconclusive"
+
+
+def test_exponent_of_a_power_law(claim):
+    # test_acc = sparsity² exactly (a stand-in column with a known exponent of 2)
+    runs = table(*(rows("static", [x**2, x**2], x) for x in (0.5, 0.7, 0.9)))
+    c = claim({"kind": "exponent", "a": {"method": "static"}, "along": "target_sparsity",
+               "op": "<", "bound": 2.5})  # fmt: skip
+    v = verdict(c, runs)
+    assert v.verdict == "holds" and v.estimate == pytest.approx(2.0)
+    assert verdict(claim({**c.test, "bound": 1.5}), runs).verdict == "fails"

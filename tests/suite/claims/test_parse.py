@@ -1,0 +1,116 @@
+"""Claim files: every mistake is an error naming the file, the claim and what is allowed."""
+
+import pytest
+
+from sparsebench.suite.claims import BUILTIN, ClaimError, load_file, load_files
+from sparsebench.suite.spec import SpecError, validate
+
+from .conftest import one
+
+ORDER = {"kind": "order", "a": {"method": "rigl"}, "b": {"method": "set"}, "op": ">"}
+
+
+def test_a_valid_file_merges_the_defaults(claim_file):
+    path = claim_file([one(**ORDER, where={"target_sparsity": 0.9})], defaults={
+        "pillar": "classification", "metric": "test_acc", "where": {"task": "t"}})  # fmt: skip
+    (c,) = load_file(path)
+    assert c.test["where"] == {"task": "t", "target_sparsity": 0.9}
+    assert c.test["stat"] == "welch" and c.test["level"] == 0.95 and c.test["min_seeds"] == 2
+    assert c.paper["key"] == "toy2026" and c.file == str(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"paper": {"key": "x", "authors": "a", "year": 1, "title": "t", "doi": "1"}},
+         r"toy\.yaml: paper: unknown key 'doi'; allowed keys: authors, key, title, url, venue"),
+        ({"claimz": []}, r"unknown key 'claimz'"),
+    ],
+)  # fmt: skip
+def test_unknown_top_level_keys_are_named(claim_file, change, message):
+    with pytest.raises(ClaimError, match=message):
+        load_file(claim_file([one(**ORDER)], **change))
+
+
+def test_unknown_key_in_a_test_names_the_claim(claim_file):
+    path = claim_file([one("rigl-beats-set", **ORDER, metirc="test_acc")])
+    with pytest.raises(ClaimError, match=r"claim 'rigl-beats-set': test: unknown key 'metirc'"):
+        load_file(path)
+
+
+def test_unknown_metric_lists_the_pillars_metrics(claim_file):
+    path = claim_file([one(**ORDER, metric="accuracy")])
+    with pytest.raises(ClaimError, match=r"unknown metric 'accuracy' .*its metrics: test_acc"):
+        load_file(path)
+
+
+def test_unknown_column_and_pillar(claim_file):
+    with pytest.raises(ClaimError, match=r"unknown column 'methd' of pillar 'classification'"):
+        load_file(claim_file([one(**{**ORDER, "a": {"methd": "rigl"}})]))
+    with pytest.raises(ClaimError, match=r"unknown pillar 'classifcation'; registered"):
+        load_file(claim_file([one(**ORDER, pillar="classifcation")]))
+
+
+@pytest.mark.parametrize(
+    ("test", "message"),
+    [
+        ({"kind": "order", "a": {}, "b": {}}, r"an? 'order' test needs 'op'"),
+        ({"kind": "equal", "a": {}, "b": {}}, r"needs 'tol'"),
+        ({**ORDER, "tol": 0.1}, r"'tol' does not apply to a 'order' test"),
+        ({"kind": "value", "a": {}}, r"either op and bound, or within"),
+        ({"kind": "value", "a": {}, "within": [2, 1]}, r"within: \[2, 1\] is empty"),
+        ({"kind": "trend", "a": {}, "along": "seed", "direction": "constant"}, r"needs tol"),
+        ({"kind": "ranking", "order": [{}]}, r"order: \[\{\}\] is too short"),
+        ({"kind": "between", "a": {}}, r"value 'between' is not allowed; allowed: 'order'"),
+        ({**ORDER, "op": ">="}, r"value '>=' is not allowed; allowed: '>', '<'"),
+    ],
+)
+def test_malformed_statements_say_what_the_kind_takes(claim_file, test, message):
+    with pytest.raises(ClaimError, match=message):
+        load_file(claim_file([one(**test)]))
+
+
+def test_empty_missing_and_non_mapping_files(tmp_path):
+    (tmp_path / "empty.yaml").write_text("")
+    with pytest.raises(ClaimError, match=r"empty\.yaml: the claim file is empty"):
+        load_file(tmp_path / "empty.yaml")
+    with pytest.raises(ClaimError, match=r"nope\.yaml: claim file not found"):
+        load_file(tmp_path / "nope.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ClaimError, match=r"a claim file is a YAML mapping, got list"):
+        load_file(tmp_path / "list.yaml")
+
+
+def test_ids_are_names_and_unique_across_files(claim_file):
+    with pytest.raises(ClaimError, match=r"'RigL_90' is not a valid name"):
+        load_file(claim_file([one("RigL_90", **ORDER)]))
+    with pytest.raises(ClaimError, match=r"the id is used twice in this file"):
+        load_file(claim_file([one("x", **ORDER), one("x", **ORDER)]))
+    first = claim_file([one("x", **ORDER)], name="a.yaml")
+    second = claim_file([one("x", **ORDER)], name="b.yaml")
+    with pytest.raises(ClaimError, match=r"b\.yaml: claim 'x' is also in .*a\.yaml"):
+        load_files([first, second])
+
+
+def test_a_spec_names_its_claim_files_and_they_are_checked(claim_file, tmp_path):
+    recipe = {"epochs": 1, "batch_size": 64, "lr": 0.05}
+    task = {"dataset": "digits", "model": "lenet300_100", "recipe": recipe}
+    base = {"benchmark": "b", "tasks": {"t": task},
+            "methods": {"static": {}}, "sparsities": [0.9], "seeds": [0]}  # fmt: skip
+    good = claim_file([one(**{**ORDER, "a": {"method": "static"}})])
+    assert validate({**base, "claims": [str(good)]}, "s.yaml").data["claims"] == [str(good)]
+    with pytest.raises(SpecError, match=r"s\.yaml: claims: .*missing\.yaml: claim file not"):
+        validate({**base, "claims": [str(tmp_path / "missing.yaml")]}, "s.yaml")
+    hess = claim_file([one(**ORDER, pillar="hessian", metric="n_colors")], name="h.yaml")
+    with pytest.raises(SpecError, match=r"addresses pillar 'hessian', which this spec does not"):
+        validate({**base, "claims": [str(hess)]}, "s.yaml")
+
+
+def test_every_shipped_claim_file_is_valid_and_the_reproduction_spec_lists_them_all():
+    files = sorted(BUILTIN.glob("*.yaml"))
+    claims = load_files(files)
+    assert len({c.paper["key"] for c in claims}) == len(files) >= 10 and len(claims) >= 25
+    from sparsebench.suite.spec import load
+
+    spec = load(BUILTIN.parent / "suite" / "benchmarks" / "reproduce.yaml")
+    assert sorted(spec.data["claims"]) == sorted(f"claims/{f.name}" for f in files)
