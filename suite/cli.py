@@ -202,6 +202,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         for f in args.check:
             found = claims.load_file(f)
             print(f"{f}: {len(found)} claim(s) valid: {', '.join(c.id for c in found)}")
+        claims.load_files(args.check)  # ids and macro names unique across the files
         return 0
     if not args.bench_dir:
         raise SystemExit("sparsebench claims: give results/<bench> (or --check FILE)")

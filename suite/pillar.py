@@ -164,6 +164,8 @@ class Pillar:
         row_key: columns that, with ``cell_id``, identify one table row (several rows per
             record only where :meth:`table_rows` splits records).
         metrics: the columns claims may address.
+        method_column, extra_method_names: the column holding a row's method and the names it
+            may hold besides the registered methods of ``families`` (claims check both).
         plots: the plots :meth:`board` writes.
         batch_max: at most this many cells per process (0: the whole batch key group).
     """
@@ -176,6 +178,10 @@ class Pillar:
     columns: ClassVar[dict[str, type]] = {}
     row_key: ClassVar[tuple[str, ...]] = ()
     metrics: ClassVar[tuple[Metric, ...]] = ()
+    # The column that holds a row's method (claims check its values against the registry)
+    # and the names that column may hold besides registered methods (references, baselines).
+    method_column: ClassVar[str] = "method"
+    extra_method_names: ClassVar[tuple[str, ...]] = ()
     plots: ClassVar[tuple[Plot, ...]] = ()
     batch_max: ClassVar[int] = 0
 

@@ -11,19 +11,23 @@ How a test is judged (``level`` is the two-sided interval level, default 0.95; s
 * ``equal`` (|a − b| ≤ tol): ``holds`` when the Welch interval of d lies inside [−tol, tol]
   (an equivalence test, as in TOST), ``fails`` when it lies outside, else inconclusive.
 * ``ratio`` (mean(a)/mean(b) op threshold) and ``value`` (mean(a) op bound, or within
-  [low, high]): the bootstrap interval of the ratio / the t interval of the mean, compared
+  [low, high]): the delta-method interval of the ratio / the t interval of the mean, compared
   with the threshold or band the same way.
 * ``ranking`` (cells best first, in the metric's direction): an ``order`` test between each
   neighbouring pair; ``holds`` if every pair holds, ``fails`` if any pair fails.
-* ``trend`` (the metric along a column, e.g. ``target_sparsity``): an ``order`` test (or
-  ``equal`` for ``constant``) between neighbouring values of the column, combined as ranking.
+* ``trend`` (the metric along a column, e.g. ``target_sparsity``): an ``order`` test between
+  neighbouring values of the column, combined as ranking; ``constant``: an ``equal`` test of
+  every value against the first (so that small steps cannot add up to a drift).
 * ``exponent``: the interval of the fitted slope of log metric on log ``along``.
 
 A cell that is missing, has fewer than ``min_seeds`` finished seeds (default 2; 1 with
 ``stat: exact``), or has a failed, diverged or skipped row makes the claim inconclusive,
 naming the cell; a selector that matches several cells also does (narrow it with more
 filters). With ``stat: exact`` (deterministic metrics) intervals are points and a tie at the
-boundary holds only where a margin allows it.
+boundary holds only where a margin allows it; values that differ across seeds make an exact
+test inconclusive (the metric is not deterministic). A test holds on a one-sided reading of a
+two-sided interval, i.e. at one-sided error 0.025 for the default level, with no correction
+for the number of claims judged.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from .parse import Claim
 
 VERDICTS = ("holds", "fails", "inconclusive")
 _SEED_PART = re.compile(r"(^|/)seed\d+(?=/|$)")
+_SEED_LABEL = re.compile(r"\s*\bseed[= ]?\d+\b")
 
 
 @dataclass
@@ -78,7 +83,10 @@ def _match(col: pl.Series, value: Any) -> pl.Series:
     values = value if isinstance(value, list) else [value]
     out = pl.Series([False] * len(col))
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float) or col.dtype == pl.Utf8:
+        if col.dtype == pl.Boolean:  # polars casts True to "true", str(True) is "True"
+            if isinstance(v, bool):
+                out = out | (col == v).fill_null(False)
+        elif isinstance(v, bool) or not isinstance(v, int | float) or col.dtype == pl.Utf8:
             out = out | (col.cast(pl.Utf8) == str(v)).fill_null(False)
         else:
             x = col.cast(pl.Float64)
@@ -90,7 +98,7 @@ def _select(runs: pl.DataFrame, filters: dict[str, Any]) -> pl.DataFrame:
     mask = pl.Series([True] * runs.height)
     for col, value in filters.items():
         if col not in runs.columns:
-            return runs.head(0)
+            raise Inconclusive(f"column {col!r} is not in this pillar's runs table")
         mask = mask & _match(runs[col], value)
     return runs.filter(mask)
 
@@ -119,14 +127,21 @@ def _cell(
             f"{_describe(filters)} matches {groups.height} cells (e.g. {some}): add filters "
             "(setting, task, ...) so that it names one"
         )
-    stat.label = rows["label"][0] if "label" in rows.columns else groups["_cell"][0]
+    label = rows["label"][0] if "label" in rows.columns else groups["_cell"][0]
+    stat.label = _SEED_LABEL.sub("", label)  # the mean is over seeds
     bad = rows.filter(pl.col("status") != "ok")
     if bad.height:
         raise Inconclusive(
             f"{_describe(filters)}: {bad.height} row(s) {', '.join(sorted(set(bad['status'])))}"
             f" (e.g. {bad['cell_id'][0]}): a claim over a failed cell is not judged"
         )
-    values = [float(v) for v in rows[metric].to_list() if v is not None and math.isfinite(v)]
+    raw = rows[metric].to_list()
+    if any(v is None or not math.isfinite(v) for v in raw):
+        raise Inconclusive(
+            f"{_describe(filters)}: {metric} is missing or not finite in "
+            f"{sum(v is None or not math.isfinite(v) for v in raw)} finished row(s)"
+        )
+    values = [float(v) for v in raw]
     if len(values) < min_seeds:
         raise Inconclusive(
             f"{_describe(filters)}: {len(values)} seed(s) with {metric}, the test needs {min_seeds}"
@@ -194,6 +209,11 @@ class _Ctx:
         t = self.t
         c = _cell(self.runs, {**t["where"], **filters}, t["metric"], self.key, t["min_seeds"])
         self.cells.append(c)
+        if self.exact and len(set(c.values)) > 1:
+            raise Inconclusive(
+                f"{_describe(filters)}: stat: exact, but {t['metric']} differs across the "
+                f"{c.n} seeds ({_fmt(min(c.values))} to {_fmt(max(c.values))}); use welch"
+            )
         return c
 
     def interval(self, what: str, est: float, lo: float, hi: float, against: str) -> str:
@@ -276,7 +296,10 @@ def _along(x: _Ctx) -> tuple[list[float], list[CellStat]]:
     if x.runs is None:
         raise Inconclusive("no runs table of this pillar in the results")
     base = _select(x.runs, {**t["where"], **t["a"]})
-    xs = sorted({float(v) for v in base[along].drop_nulls().to_list()}) if base.height else []
+    try:
+        xs = sorted({float(v) for v in base[along].drop_nulls().to_list()}) if base.height else []
+    except (TypeError, ValueError):
+        raise Inconclusive(f"{along!r} is not a numeric column") from None
     if len(xs) < 2:
         raise Inconclusive(
             f"{_describe({**t['where'], **t['a']})}: {len(xs)} value(s) of {along}; a trend "
@@ -291,12 +314,14 @@ def _judge_trend(x: _Ctx) -> Verdict:
     pairs = []
     for i in range(len(xs) - 1):
         c0, c1 = cells[i], cells[i + 1]
-        if t["direction"] == "constant":
+        if t["direction"] == "constant":  # every value against the first: no creeping drift
+            c0 = cells[0]
             v, d, lo, hi = _equal(c1, c0, t["tol"], x.level, x.exact)
         else:
             op = ">" if t["direction"] == "increasing" else "<"
             v, d, lo, hi = _order(c1, c0, op, t.get("margin", 0.0), x.level, x.exact)
-        pairs.append({"from": xs[i], "to": xs[i + 1], "verdict": v, "diff": d, "low": lo,
+        start = xs[0] if t["direction"] == "constant" else xs[i]
+        pairs.append({"from": start, "to": xs[i + 1], "verdict": v, "diff": d, "low": lo,
                       "high": hi})  # fmt: skip
     reason = "; ".join(
         f"{t['along']} {_fmt(p['from'])} → {_fmt(p['to'])}: {p['verdict']} "
@@ -340,6 +365,10 @@ def judge(claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: dict) 
         return _KINDS[claim.test["kind"]](x)
     except Inconclusive as e:
         return Verdict(claim, "inconclusive", str(e), cells=x.cells)
+    except Exception as e:  # one broken claim must not cost the others their verdicts
+        return Verdict(
+            claim, "inconclusive", f"could not be judged ({type(e).__name__}: {e})", cells=x.cells
+        )
 
 
 def load_tables(bench_dir, pillars: set[str]) -> dict[str, pl.DataFrame | None]:

@@ -53,6 +53,16 @@ def _num(x: float | None, unit: str = "") -> str:
     return f"{x:.4g}"
 
 
+def _letters(i: int) -> str:
+    """A, B, ..., Z, AA, AB, ...: cell indices as letters (TeX control words hold no digits)."""
+    out = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        out = chr(ord("A") + r) + out
+    return out
+
+
 def badge(verdicts: list[Verdict]) -> str:
     counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
     return (
@@ -162,14 +172,17 @@ def to_tex(verdicts: list[Verdict]) -> str:
     for v in verdicts:
         cid, unit = v.claim.id, _unit(v)
         lines.append(f"\\newcommand{{{macro_name(cid, 'Verdict')}}}{{{v.verdict}}}")
+        # differences and means are in the metric's unit (fractions in percent, as the
+        # means); ratios and slopes are plain numbers
+        est_unit = unit if v.claim.test["kind"] in ("order", "equal", "value") else ""
         for name, x in (("Estimate", v.estimate), ("Low", v.low), ("High", v.high)):
             if x is not None and math.isfinite(x):
-                lines.append(f"\\newcommand{{{macro_name(cid, name)}}}{{{_num(x)}}}")
+                lines.append(f"\\newcommand{{{macro_name(cid, name)}}}{{{_num(x, est_unit)}}}")
         for i, s in enumerate(v.cells):
             if s.mean is not None:
-                letter = chr(ord("A") + i) if i < 26 else f"Z{i}"
                 value = _num(s.mean, unit)  # ASCII: digits, '.', '-', 'e'
-                lines.append(f"\\newcommand{{{macro_name(cid, 'Mean' + letter)}}}{{{value}}}")
+                name = macro_name(cid, "Mean" + _letters(i))
+                lines.append(f"\\newcommand{{{name}}}{{{value}}}")
     return "\n".join(lines) + "\n"
 
 

@@ -179,7 +179,7 @@ def _check_test(t: dict[str, Any], where: str) -> None:
             f"{where}: unknown metric {t['metric']!r} of pillar {pillar.name!r}; its metrics: "
             f"{', '.join(metrics)}"
         )
-    columns = set(COMMON_COLUMNS) | set(pillar.columns)
+    columns = {**COMMON_COLUMNS, **pillar.columns}
     selectors = [t["where"], *(t[k] for k in ("a", "b") if k in t), *t.get("order", [])]
     used = [c for s in selectors for c in s] + ([t["along"]] if "along" in t else [])
     unknown = sorted({c for c in used if c not in columns})
@@ -188,6 +188,33 @@ def _check_test(t: dict[str, Any], where: str) -> None:
             f"{where}: unknown column {', '.join(map(repr, unknown))} of pillar "
             f"{pillar.name!r}; its columns: {', '.join(sorted(columns))}"
         )
+    if "along" in t and columns[t["along"]] not in (int, float):
+        raise ClaimError(
+            f"{where}: along: {t['along']!r} is not a numeric column; a {kind} runs along "
+            "one (e.g. target_sparsity, n_atoms, sparsity)"
+        )
+    _check_names(pillar, selectors, where)
+
+
+def _check_names(pillar: Any, selectors: list[dict[str, Any]], where: str) -> None:
+    """Method (or backend) names in the selectors are registered, or rows the pillar adds
+    (references, baselines): a typo is an error here, not a "no cell matches" later."""
+    import difflib
+
+    from sparsebench.suite import registry
+
+    column = pillar.method_column
+    allowed = set(registry.all_methods(pillar.families)) | set(pillar.extra_method_names)
+    for sel in selectors:
+        values = sel.get(column, [])
+        for v in values if isinstance(values, list) else [values]:
+            if str(v) not in allowed:
+                close = difflib.get_close_matches(str(v), sorted(allowed), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ClaimError(
+                    f"{where}: unknown {column} {v!r} of pillar {pillar.name!r}{hint}; "
+                    f"allowed: {', '.join(sorted(allowed))}"
+                )
 
 
 def parse(data: dict[str, Any], source: str) -> list[Claim]:
@@ -236,8 +263,11 @@ def load_file(path: str | Path) -> list[Claim]:
 
 def load_files(paths: list[str | Path]) -> list[Claim]:
     """The claims of several files; ClaimError if an id repeats across them."""
+    from .outputs import macro_name
+
     claims: list[Claim] = []
     first: dict[str, str] = {}
+    macros: dict[str, str] = {}
     for p in paths:
         for c in load_file(p):
             if c.id in first:
@@ -245,6 +275,12 @@ def load_files(paths: list[str | Path]) -> list[Claim]:
                     f"{p}: claim {c.id!r} is also in {first[c.id]}; claim ids are unique over "
                     "all the claim files of a benchmark (they name LaTeX macros)"
                 )
-            first[c.id] = str(p)
+            macro = macro_name(c.id, "")
+            if macro in macros:
+                raise ClaimError(
+                    f"{p}: claim {c.id!r} gives the same LaTeX macro names ({macro}...) as "
+                    f"claim {macros[macro]!r}; rename one"
+                )
+            first[c.id], macros[macro] = str(p), c.id
             claims.append(c)
     return claims

@@ -4,9 +4,11 @@
   ``se = sqrt(s_a²/n_a + s_b²/n_b)`` and the Welch–Satterthwaite degrees of freedom (Welch
   1947); the interval of Welch's unequal-variance t-test.
 * :func:`mean_interval`: the one-sample t interval of a mean (Student).
-* :func:`ratio_interval`: mean(a) / mean(b) by a percentile bootstrap over seeds (Efron &
-  Tibshirani 1993, ch. 13): each group resampled with replacement, 10,000 resamples, a fixed
-  generator seed so the verdict is a function of the records alone.
+* :func:`ratio_interval`: mean(a) / mean(b) by the delta method on the log ratio (Casella &
+  Berger 2002, Sec. 5.5.4): se² = s_a²/(n_a m_a²) + s_b²/(n_b m_b²) with Welch–Satterthwaite
+  degrees of freedom on the two terms, exponentiated. A percentile bootstrap over 3 seeds
+  covered the true ratio in only about 79 % of simulated 95 % intervals (a resampled mean never
+  leaves the seeds' range); this interval covered it in about 96 %.
 * :func:`slope_interval`: the least-squares slope of log y on log x ± t·se with n − 2
   degrees of freedom (a fitted scaling exponent).
 
@@ -21,9 +23,6 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats
-
-BOOTSTRAP_RESAMPLES = 10_000
-BOOTSTRAP_SEED = 0
 
 
 def _t(level: float, df: float) -> float:
@@ -69,18 +68,23 @@ def mean_interval(
 def ratio_interval(
     a: Sequence[float], b: Sequence[float], level: float, exact: bool = False
 ) -> tuple[float, float, float]:
-    """(mean(a)/mean(b), low, high) by the percentile bootstrap over seeds."""
+    """(mean(a)/mean(b), low, high): the delta-method interval of the log ratio. Needs
+    positive means (else unbounded) and at least 2 values per group (else unbounded)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
-    r = float(a.mean() / b.mean()) if b.mean() != 0 else math.inf
-    if exact or (a.size == 1 and b.size == 1):
-        return (r, r, r) if exact else (r, -math.inf, math.inf)
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    ma = a[rng.integers(0, a.size, (BOOTSTRAP_RESAMPLES, a.size))].mean(axis=1)
-    mb = b[rng.integers(0, b.size, (BOOTSTRAP_RESAMPLES, b.size))].mean(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        boot = ma / mb
-    lo, hi = np.nanquantile(boot, [0.5 - level / 2, 0.5 + level / 2])
-    return r, float(lo), float(hi)
+    ma, mb = float(a.mean()), float(b.mean())
+    r = ma / mb if mb != 0 else math.copysign(math.inf, ma)
+    if exact:
+        return r, r, r
+    if a.size < 2 or b.size < 2 or ma <= 0 or mb <= 0:
+        return r, -math.inf, math.inf
+    va = a.var(ddof=1) / (a.size * ma**2)
+    vb = b.var(ddof=1) / (b.size * mb**2)
+    se2 = va + vb
+    if se2 == 0:
+        return r, r, r
+    df = se2**2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    h = _t(level, df) * math.sqrt(se2)
+    return r, r * math.exp(-h), r * math.exp(h)
 
 
 def slope_interval(

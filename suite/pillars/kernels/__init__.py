@@ -43,6 +43,8 @@ class KernelsPillar(Pillar):
     spec_keys = ("kernels",)
     columns = KERNEL_COLUMNS
     row_key = ("backend", "op")
+    method_column = "backend"  # a record times every backend; its rows name them
+    extra_method_names = ("dense", "dense_mask")  # job.BASELINES
     metrics = (
         Metric("ms_median", "ms", False, "median milliseconds of the op over the rounds"),
         Metric("speedup_vs_dense", "×", True, "dense nn.Linear ms ÷ this backend's"),

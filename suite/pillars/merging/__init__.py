@@ -52,6 +52,7 @@ class MergingPillar(Pillar):
     spec_keys = ("merging",)
     columns = COLUMNS
     row_key = ("model", "method", "setting_id", "seed")
+    extra_method_names = ("zero_shot", "individual", "multitask")  # job.REFERENCES
     metrics = (
         Metric("norm_acc", "fraction", True, "mean over tasks of merged ÷ expert test accuracy"),
         Metric("avg_acc", "fraction", True, "mean over tasks of the test accuracy"),

@@ -26,8 +26,14 @@ def test_welch_interval_by_hand():
     assert welch_diff([2.0, 2.0], [1.0, 1.0], 0.95) == (1.0, 1.0, 1.0)  # no spread: a point
     m, lo, hi = mean_interval([1, 2, 3], 0.95)  # 2 ± 4.3027 / sqrt(3)
     assert m == 2 and hi - m == pytest.approx(4.3027 / math.sqrt(3), 1e-4)
+    # ratio by the delta method on log(mean a / mean b): se² = s_a²/(n m_a²) + s_b²/(n m_b²)
+    # = 0.04/12 + 0.01/3 = 1/150 (equal terms: df = 4), half-width t(0.975, 4) · se
+    # = 2.7764 · 0.08165 = 0.22670
     r, lo, hi = ratio_interval([2, 2.2, 1.8], [1, 1.1, 0.9], 0.95)
-    assert r == pytest.approx(2.0) and lo < 2 < hi and ratio_interval([2], [1], 0.9, True)[1] == 2
+    assert r == pytest.approx(2.0) and lo == pytest.approx(2 * math.exp(-0.22670), 1e-4)
+    assert hi == pytest.approx(2 * math.exp(0.22670), 1e-4)
+    assert ratio_interval([2], [1, 1.1], 0.9)[1:] == (-math.inf, math.inf)  # one seed: unbounded
+    assert ratio_interval([2], [1], 0.9, exact=True) == (2.0, 2.0, 2.0)
 
 
 def test_order_holds_fails_and_is_inconclusive_inside_noise(claim):
@@ -122,6 +128,28 @@ def test_trend_along_a_column(claim):
     assert verdict(flat, runs).verdict == "fails"  # FLOPs fall with sparsity by 5e7 > tol
     one = table(rows("static", [0.95, 0.951], 0.9))
     assert verdict(c, one).verdict == "inconclusive"
+
+
+def test_a_constant_trend_cannot_creep_and_exact_needs_equal_seeds(claim):
+    # steps of 0.8 tol each hold pairwise, but the last value is 1.6 tol from the first
+    runs = table(*(rows("static", [v, v], x) for x, v in ((0.5, 1.0), (0.7, 1.8), (0.9, 2.6))))
+    c = claim({"kind": "trend", "a": {"method": "static"}, "along": "target_sparsity",
+               "direction": "constant", "tol": 1.0}, stat="exact")  # fmt: skip
+    v = verdict(c, runs)
+    assert v.verdict == "fails" and [p["from"] for p in v.pairs] == [0.5, 0.5]
+    varying = table(rows("static", [1.0, 1.1], 0.5), rows("static", [1.0, 1.0], 0.7))
+    v = verdict(c, varying)
+    assert v.verdict == "inconclusive" and "stat: exact, but test_acc differs" in v.reason
+
+
+def test_boolean_filters_nan_values_and_a_broken_claim(claim):
+    runs = table(rows("rigl", [0.9, 0.91], git_dirty=False), rows("set", [0.8, 0.81],
+                 git_dirty=True))  # fmt: skip
+    c = claim({"kind": "order", "a": {"git_dirty": False}, "b": {"git_dirty": True}, "op": ">"})
+    assert verdict(c, runs).verdict == "holds"
+    nan = table(rows("rigl", [0.9, float("nan")]), rows("set", [0.8, 0.81]))
+    v = verdict(claim({"kind": "order", "a": RIGL, "b": SET, "op": ">"}), nan)
+    assert v.verdict == "inconclusive" and "missing or not finite in 1 finished row" in v.reason
 
 
 def test_exponent_of_a_power_law(claim):

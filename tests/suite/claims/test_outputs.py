@@ -19,6 +19,13 @@ def test_macro_names_are_tex_control_words():
         assert re.fullmatch(r"\\[A-Za-z]+", macro_name(cid, "High"))
 
 
+def test_cell_letters_go_past_z():
+    from sparsebench.suite.claims.outputs import _letters
+
+    assert [_letters(i) for i in (0, 1, 25, 26, 27, 51, 52)] == [
+        "A", "B", "Z", "AA", "AB", "AZ", "BA"]  # fmt: skip
+
+
 def test_outputs_carry_the_numbers_and_the_verdicts(claim, tmp_path):
     runs = table(rows("rigl", [0.93, 0.94, 0.935]), rows("set", [0.90, 0.905, 0.91]))
     held = judge(claim(ORDER), {"classification": runs}, KEYS)
@@ -30,7 +37,7 @@ def test_outputs_carry_the_numbers_and_the_verdicts(claim, tmp_path):
     assert r"\newcommand{\claimsHold}{1}" in tex and r"\newcommand{\claimsInconclusive}{1}" in tex
     assert r"\newcommand{\claimCOneVerdict}{holds}" in tex
     assert r"\newcommand{\claimCOneMeanA}{93.50}" in tex  # a fraction, in percent
-    assert r"\newcommand{\claimCOneEstimate}{0.03}" in tex
+    assert r"\newcommand{\claimCOneEstimate}{3.00}" in tex  # a difference of fractions: points
     for line in tex.splitlines()[1:]:
         assert re.fullmatch(r"\\newcommand\{\\[A-Za-z]+\}\{[-+.e0-9A-Za-z]+\}", line), line
     data = json.loads(files["json"].read_text())

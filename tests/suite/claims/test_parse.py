@@ -70,6 +70,36 @@ def test_malformed_statements_say_what_the_kind_takes(claim_file, test, message)
         load_file(claim_file([one(**test)]))
 
 
+def test_a_method_typo_is_an_error_with_the_allowed_names(claim_file):
+    path = claim_file([one("x", **{**ORDER, "a": {"method": "rigel"}})])
+    with pytest.raises(ClaimError, match=r"claim 'x': unknown method 'rigel' of pillar "
+                       r"'classification' \(did you mean 'rigl'\?\); allowed: acdc"):  # fmt: skip
+        load_file(path)
+    refs = one("y", kind="order", pillar="merging", metric="norm_acc",
+               a={"method": "zero_shot"}, b={"method": "ties"}, op=">")  # fmt: skip
+    assert load_file(claim_file([refs]))[0].test["a"] == {"method": "zero_shot"}
+    base = one("z", kind="value", pillar="kernels", metric="speedup_vs_dense",
+               a={"backend": "dense_mask", "op": "forward"}, op=">", bound=1)  # fmt: skip
+    assert load_file(claim_file([base]))
+    with pytest.raises(ClaimError, match=r"unknown backend 'cuda_csr' of pillar 'kernels'"):
+        load_file(claim_file([{**base, "test": {**base["test"], "a": {"backend": "cuda_csr"}}}]))
+
+
+def test_the_pillars_extra_method_names_are_their_jobs_rows():
+    from sparsebench.suite.pillar import get_pillar
+    from sparsebench.suite.pillars.kernels.job import BASELINES
+    from sparsebench.suite.pillars.merging.job import REFERENCES
+
+    assert get_pillar("merging").extra_method_names == REFERENCES
+    assert get_pillar("kernels").extra_method_names == BASELINES
+
+
+def test_along_must_be_numeric(claim_file):
+    trend = one(kind="trend", a={}, along="method", direction="increasing")
+    with pytest.raises(ClaimError, match=r"along: 'method' is not a numeric column"):
+        load_file(claim_file([trend]))
+
+
 def test_empty_missing_and_non_mapping_files(tmp_path):
     (tmp_path / "empty.yaml").write_text("")
     with pytest.raises(ClaimError, match=r"empty\.yaml: the claim file is empty"):
@@ -90,6 +120,10 @@ def test_ids_are_names_and_unique_across_files(claim_file):
     second = claim_file([one("x", **ORDER)], name="b.yaml")
     with pytest.raises(ClaimError, match=r"b\.yaml: claim 'x' is also in .*a\.yaml"):
         load_files([first, second])
+    third = claim_file([one("x0", **ORDER)], name="c.yaml")
+    fourth = claim_file([one("x-0", **ORDER)], name="d.yaml")
+    with pytest.raises(ClaimError, match=r"same LaTeX macro names \(\\claimXZero\.\.\.\)"):
+        load_files([third, fourth])
 
 
 def test_a_spec_names_its_claim_files_and_they_are_checked(claim_file, tmp_path):
@@ -101,7 +135,8 @@ def test_a_spec_names_its_claim_files_and_they_are_checked(claim_file, tmp_path)
     assert validate({**base, "claims": [str(good)]}, "s.yaml").data["claims"] == [str(good)]
     with pytest.raises(SpecError, match=r"s\.yaml: claims: .*missing\.yaml: claim file not"):
         validate({**base, "claims": [str(tmp_path / "missing.yaml")]}, "s.yaml")
-    hess = claim_file([one(**ORDER, pillar="hessian", metric="n_colors")], name="h.yaml")
+    colored = {**ORDER, "a": {"method": "colored"}, "b": {"method": "dense"}}
+    hess = claim_file([one(**colored, pillar="hessian", metric="n_colors")], name="h.yaml")
     with pytest.raises(SpecError, match=r"addresses pillar 'hessian', which this spec does not"):
         validate({**base, "claims": [str(hess)]}, "s.yaml")
 
@@ -114,3 +149,5 @@ def test_every_shipped_claim_file_is_valid_and_the_reproduction_spec_lists_them_
 
     spec = load(BUILTIN.parent / "suite" / "benchmarks" / "reproduce.yaml")
     assert sorted(spec.data["claims"]) == sorted(f"claims/{f.name}" for f in files)
+    doc = (BUILTIN.parent / "docs" / "claims.md").read_text()
+    assert [c.id for c in claims if f"`{c.id}`" not in doc] == []  # every claim documented
