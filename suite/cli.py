@@ -227,17 +227,16 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 
 def _cmd_pillars(args: argparse.Namespace) -> int:
     from sparsebench.suite.pillar import all_pillars
+    from sparsebench.suite.record import COMMON_COLUMNS
 
     for name, p in all_pillars().items():
         print(f"{name}: {p.title}")
-        print(f"    {p.describe()}")
-        print(f"    spec keys: {', '.join(p.spec_keys)}")
-        methods = registry.all_methods(p.families)
-        print(f"    methods ({', '.join(p.families)}): {', '.join(methods) or '(none)'}")
+        print(f"  spec keys: {', '.join(p.spec_keys)}")
         for m in p.metrics:
             better = "higher" if m.higher_is_better else "lower"
-            unit = f" [{m.unit}]" if m.unit else ""
-            print(f"    metric {m.name}{unit}, {better} is better: {m.description}")
+            print(f"  metric {m.name} [{m.unit or 'count'}, {better} is better]: {m.description}")
+        print(f"  columns: {', '.join(sorted(p.columns))}")
+    print(f"common columns of every pillar: {', '.join(COMMON_COLUMNS)}")
     return 0
 
 

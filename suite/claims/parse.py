@@ -140,6 +140,10 @@ def _merge(defaults: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _a(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
 def _check_test(t: dict[str, Any], where: str) -> None:
     """Kind-specific keys and the registry: pillar, metric, filter columns."""
     from sparsebench.suite.pillar import PillarError, get_pillar
@@ -149,14 +153,14 @@ def _check_test(t: dict[str, Any], where: str) -> None:
     missing = [k for k in ("pillar", "metric", *_NEEDS[kind]) if k not in t]
     if missing:
         raise ClaimError(
-            f"{where}: a {kind!r} test needs {', '.join(map(repr, missing))} (in the test or "
-            f"the file's defaults); a {kind!r} test takes {', '.join(_NEEDS[kind] + _MAY[kind])}"
+            f"{where}: {_a(kind)} {kind!r} test needs {', '.join(map(repr, missing))} (in the "
+            f"test or the file's defaults); it takes {', '.join(_NEEDS[kind] + _MAY[kind])}"
         )
     extra = sorted(set(t) - set(_COMMON) - set(_NEEDS[kind]) - set(_MAY[kind]))
     if extra:
         raise ClaimError(
-            f"{where}: key {', '.join(map(repr, extra))} does not apply to a {kind!r} test; "
-            f"it takes {', '.join(_NEEDS[kind] + _MAY[kind])}"
+            f"{where}: key {', '.join(map(repr, extra))} does not apply to {_a(kind)} {kind!r} "
+            f"test; it takes {', '.join(_NEEDS[kind] + _MAY[kind])}"
         )
     if kind == "value" and ("within" in t) == ("op" in t or "bound" in t):
         raise ClaimError(f"{where}: a 'value' test takes either op and bound, or within")
@@ -190,7 +194,7 @@ def _check_test(t: dict[str, Any], where: str) -> None:
         )
     if "along" in t and columns[t["along"]] not in (int, float):
         raise ClaimError(
-            f"{where}: along: {t['along']!r} is not a numeric column; a {kind} runs along "
+            f"{where}: along: {t['along']!r} is not a numeric column; {_a(kind)} {kind} runs along "
             "one (e.g. target_sparsity, n_atoms, sparsity)"
         )
     _check_names(pillar, selectors, where)

@@ -56,7 +56,7 @@ def test_unknown_column_and_pillar(claim_file):
     [
         ({"kind": "order", "a": {}, "b": {}}, r"an? 'order' test needs 'op'"),
         ({"kind": "equal", "a": {}, "b": {}}, r"needs 'tol'"),
-        ({**ORDER, "tol": 0.1}, r"'tol' does not apply to a 'order' test"),
+        ({**ORDER, "tol": 0.1}, r"'tol' does not apply to an 'order' test"),
         ({"kind": "value", "a": {}}, r"either op and bound, or within"),
         ({"kind": "value", "a": {}, "within": [2, 1]}, r"within: \[2, 1\] is empty"),
         ({"kind": "trend", "a": {}, "along": "seed", "direction": "constant"}, r"needs tol"),
