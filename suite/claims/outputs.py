@@ -118,7 +118,7 @@ def to_markdown(verdicts: list[Verdict], bench: str) -> str:
     lines += [
         "Each claim is a paper's statement judged on this benchmark's records at our scale "
         "(the direction, not the paper's absolute numbers). Intervals are two-sided over "
-        "seeds (Welch for differences, bootstrap for ratios, t for means and slopes); "
+        "seeds (Welch for differences, the delta method for ratios, t for means and slopes); "
         "*inconclusive* means a cell is missing, failed or has too few seeds, or the "
         "interval contains the claim's boundary (inside seed noise). Fractions in percent.",
         "",
