@@ -17,8 +17,19 @@ DEFAULT = Path(__file__).parents[2] / "suite/benchmarks/default.yaml"
 # ΔT-1, 2ΔT-1, ... to 0, ΔT, 2ΔT, ... as in the reference (issue 11). With that shift undone
 # (iteration and drop fraction offset by one) the cell still gave the 6a0c107 numbers bit for
 # bit (test_acc 0.9319999814033508, test_loss 0.3150685131549835, train_flops 11425729920.0).
-RIGL_090_SEED0 = {"test_acc": 0.9340000152587891, "test_loss": 0.3236812949180603,
-                  "train_flops": 11456396160.0, "actual_sparsity": 0.9}  # fmt: skip
+# Bit for bit holds on one CPU, not across CPU models: MKL and oneDNN take other code paths
+# (and so other float summation orders) on other CPUs. Each entry is the exact result on a
+# machine this suite has run on; any other value fails. The second was measured on 2026-12-02
+# on an AMD EPYC (AVX-512) machine, at the commit the first was pinned for (291a867, from a
+# clean clone): test_acc and train_flops agree, test_loss differs by 0.3 % (0.32263 vs
+# 0.32368). A new machine may add its entry only with the same check (the earlier commit's
+# cell reproduced on it first).
+RIGL_090_SEED0 = (
+    {"test_acc": 0.9340000152587891, "test_loss": 0.3236812949180603,
+     "train_flops": 11456396160.0, "actual_sparsity": 0.9},
+    {"test_acc": 0.9340000152587891, "test_loss": 0.3226286768913269,
+     "train_flops": 11456396160.0, "actual_sparsity": 0.9},
+)  # fmt: skip
 COLORED_ALKANE10_PAIR = {"n_colors": 33, "nnz": 3186, "n_atoms": 32, "max_row_atoms": 15}
 
 
@@ -41,7 +52,7 @@ def test_rigl_cell_of_the_default_spec_is_unchanged(tmp_path):
     spec.data["methods"] = methods
     [cell] = [c for c in get_pillar("classification").cells(spec) if c.id.endswith("s0.9/seed0")]
     rec = _run(tmp_path, "classification", cell.id, methods)
-    assert {k: rec[k] for k in RIGL_090_SEED0} == RIGL_090_SEED0
+    assert {k: rec[k] for k in RIGL_090_SEED0[0]} in RIGL_090_SEED0
 
 
 def test_colored_hessian_cell_of_the_default_spec_is_unchanged(tmp_path):
