@@ -110,16 +110,17 @@ def _cmd_aggregate(args: argparse.Namespace) -> int:
             records = [paths.record_in(folder, c.id) for c in cells]
         else:
             records = paths.find_records(folder)
-        runs = tables.aggregate(name, records, folder / "runs.parquet")
-        print(f"wrote {folder / 'runs.parquet'} ({runs.height} rows from {len(records)} records)")
+        table = paths.runs_table_in(folder)
+        runs = tables.aggregate(name, records, table)
+        print(f"wrote {table} ({runs.height} rows from {len(records)} records)")
     return 0
 
 
 def _cmd_board(args: argparse.Namespace) -> int:
-    from sparsebench.suite import tables
+    from sparsebench.suite import paths, tables
 
     folder = Path(args.bench_dir) / args.pillar
-    files = tables.write_board(args.pillar, folder / "runs.parquet")
+    files = tables.write_board(args.pillar, paths.runs_table_in(folder))
     print("\n".join(str(f) for f in files.values()))
     return 0
 
@@ -128,7 +129,7 @@ def paths_of(bench: Path) -> list[Path]:
     """Pillar folders of a results folder that hold a runs table."""
     from sparsebench.suite import paths
 
-    return [f for f in paths.pillar_folders(bench).values() if (f / "runs.parquet").is_file()]
+    return [f for f in paths.pillar_folders(bench).values() if paths.runs_table_in(f).is_file()]
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
@@ -141,11 +142,11 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
-    from sparsebench.suite import tables
+    from sparsebench.suite import paths, tables
 
     bench = Path(args.bench_dir)
     tables.rebuild(bench, incremental=not args.full)
-    summary = bench / "summary.md"
+    summary = paths.summary_in(bench)
     print(summary.read_text())
     print(f"boards: {bench}/<pillar>/leaderboard.md (also .csv, .json, plots); {summary}")
     return 0

@@ -181,5 +181,17 @@ def build_artefact(spec, pillar: Pillar, artefact, threads: int | None = None) -
     if missing:
         raise RuntimeError(f"{pillar.name} artefact {artefact.id}: build wrote no {missing}")
     took = time.perf_counter() - t0
+    # Its own seconds, next to its outputs: a run's overhead (perf.overhead) counts artefact
+    # training as work, not as start-up cost.
+    rec.write_json_atomic(
+        paths.artefact_build_info(pillar.name, artefact.id),
+        {
+            "pillar": pillar.name,
+            "artefact": artefact.id,
+            "build_s": took,
+            "threads": threads or artefact.threads,
+            "finished_at": rec.now_iso(),
+        },
+    )
     print(f"built {pillar.name} {artefact.label} in {took:.1f} s", flush=True)
     return took

@@ -16,6 +16,8 @@ from pathlib import Path
 
 RESULTS = "results"
 RECORD = "record.json"
+RUNS_TABLE = "runs.parquet"
+SUMMARY = "summary.md"
 ARTEFACTS = "artefacts"  # results/artefacts/: not a benchmark name (spec.py refuses it)
 ARTEFACTS_ENV = "SPARSEBENCH_ARTEFACTS"
 BOARD_FILES = ("leaderboard.md", "leaderboard.html", "leaderboard.csv", "leaderboard.json")
@@ -53,7 +55,11 @@ def cell_id_of(record_path: str | Path, pillar_folder: str | Path) -> str:
 
 
 def runs_table(bench: str, pillar: str, root: str | Path = RESULTS) -> Path:
-    return pillar_dir(bench, pillar, root) / "runs.parquet"
+    return runs_table_in(pillar_dir(bench, pillar, root))
+
+
+def runs_table_in(pillar_folder: str | Path) -> Path:
+    return Path(pillar_folder) / RUNS_TABLE
 
 
 def board_files(bench: str, pillar: str, plots=(), root: str | Path = RESULTS) -> list[Path]:
@@ -78,12 +84,35 @@ def artefact(pillar: str, artefact_id: str, name: str = "") -> Path:
     return folder / name if name else folder
 
 
+ARTEFACT_BUILD_INFO = "build.json"
+
+
+def artefact_build_info(pillar: str, artefact_id: str) -> Path:
+    """``build.json`` in an artefact's folder: its build seconds and threads (perf overhead)."""
+    return artefact(pillar, artefact_id, ARTEFACT_BUILD_INFO)
+
+
+def find_artefact_build_infos() -> list[Path]:
+    """Every artefact's ``build.json`` under :func:`artefact_root`, sorted."""
+    import os
+
+    out = []
+    for dirpath, _dirs, files in os.walk(artefact_root()):
+        if ARTEFACT_BUILD_INFO in files:
+            out.append(Path(dirpath) / ARTEFACT_BUILD_INFO)
+    return sorted(out)
+
+
 def artefact_log(pillar: str, job_name: str) -> Path:
     return artefact_root() / pillar / "logs" / f"{job_name}.log"
 
 
 def summary(bench: str, root: str | Path = RESULTS) -> Path:
-    return bench_dir(bench, root) / "summary.md"
+    return summary_in(bench_dir(bench, root))
+
+
+def summary_in(bench_folder: str | Path) -> Path:
+    return Path(bench_folder) / SUMMARY
 
 
 def find_records(pillar_folder: str | Path) -> list[Path]:

@@ -6,8 +6,9 @@
     one after 1 % of the records changed, and every board from ``runs.parquet`` alone.
 
 ``python -m sparsebench.suite.perf overhead results/<bench> --wall S --cores C [--since T]``
-    the ratio of a run's Snakemake wall-clock ``S`` to its cells' own core-seconds divided by
-    the cores (1.0: no start-up or scheduling overhead at all).
+    the ratio of a run's Snakemake wall-clock ``S`` to the core-seconds of its own work (its
+    cells, and the artefacts it built: models trained once and cached) divided by the cores
+    (1.0: no start-up or scheduling overhead at all).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def tables(source: Path, n: int, keep: bool = False) -> dict[str, float]:
         write_json_atomic(paths.record_in(folder, rec["cell_id"]), rec)
     gen = time.perf_counter() - t0
     records = paths.find_records(folder)
-    table = folder / "runs.parquet"
+    table = paths.runs_table_in(folder)
     out = {"generate_s": gen}
     runs, out["aggregate_full_s"] = _timed(lambda: aggregate(pillar, records, table, False))
     _, out["aggregate_nothing_new_s"] = _timed(lambda: aggregate(pillar, records, table))
@@ -70,25 +71,36 @@ def tables(source: Path, n: int, keep: bool = False) -> dict[str, float]:
 
 
 def overhead(bench: Path, wall_s: float, cores: int, since: float = 0.0) -> dict[str, float]:
-    """Snakemake wall-clock against the cells' own core-seconds / cores, over every pillar's
-    records that started at or after ``since`` (Unix seconds: the run's own cells)."""
+    """Snakemake wall-clock against the run's own work in core-seconds / cores: every pillar's
+    records that started at or after ``since`` (Unix seconds: the run's own cells) and the
+    artefacts (``build.json`` under the artefact root) that finished after it (the models
+    this run trained; a cached artefact is not this run's work)."""
     from datetime import datetime
+
+    def after(stamp: str | None) -> bool:
+        return not stamp or datetime.fromisoformat(stamp).timestamp() >= since - 1
 
     cell_core_s = 0.0
     cells = 0
     for folder in paths.pillar_folders(bench).values():
         for p in paths.find_records(folder):
             rec = json.loads(p.read_text())
-            started = rec.get("started_at")
-            if started and datetime.fromisoformat(started).timestamp() < since - 1:
-                continue
-            if rec.get("cell_s") is not None:
+            if after(rec.get("started_at")) and rec.get("cell_s") is not None:
                 cell_core_s += rec["cell_s"] * (rec.get("threads") or 1)
                 cells += 1
-    ideal = cell_core_s / cores
+    artefact_core_s = 0.0
+    artefacts = 0
+    for p in paths.find_artefact_build_infos():
+        info = json.loads(p.read_text())
+        if info.get("finished_at") and after(info["finished_at"]):
+            artefact_core_s += info["build_s"] * (info.get("threads") or 1)
+            artefacts += 1
+    ideal = (cell_core_s + artefact_core_s) / cores
     return {
         "cells": cells,
         "cell_core_s": round(cell_core_s, 1),
+        "artefacts": artefacts,
+        "artefact_core_s": round(artefact_core_s, 1),
         "ideal_wall_s": round(ideal, 1),
         "wall_s": wall_s,
         "ratio": round(wall_s / ideal, 3) if ideal else float("nan"),

@@ -237,7 +237,7 @@ def write_summary(bench_folder: Path, top: int = 3, log: str | None = None) -> P
     lines = [f"# {bench_folder.name}: summary", ""]
     pillars = all_pillars()
     for name, folder in paths.pillar_folders(bench_folder).items():
-        table = folder / "runs.parquet"
+        table = paths.runs_table_in(folder)
         if name not in pillars or not table.is_file():
             continue
         runs = pl.read_parquet(table)
@@ -250,7 +250,7 @@ def write_summary(bench_folder: Path, top: int = 3, log: str | None = None) -> P
             pillars[name].summary(runs, top).rstrip(),
             "",
         ]
-    out = bench_folder / "summary.md"
+    out = paths.summary_in(bench_folder)
     text = "\n".join(lines).rstrip() + "\n"
     atomic_write(out, lambda p: Path(p).write_text(text, encoding="utf-8"))
     if log:
@@ -275,7 +275,7 @@ def rebuild(bench_folder: Path, incremental: bool = True) -> dict[str, pl.DataFr
         )
     out = {}
     for name, records in found.items():
-        table = folders[name] / "runs.parquet"
+        table = paths.runs_table_in(folders[name])
         out[name] = aggregate(pillars[name], records, table, incremental)
         pillars[name].board(out[name], folders[name])
     write_summary(bench_folder)

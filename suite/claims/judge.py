@@ -375,9 +375,11 @@ def load_tables(bench_dir, pillars: set[str]) -> dict[str, pl.DataFrame | None]:
     """``<bench_dir>/<pillar>/runs.parquet`` of each pillar (None where it does not exist)."""
     from pathlib import Path
 
+    from sparsebench.suite import paths
+
     out: dict[str, pl.DataFrame | None] = {}
     for name in pillars:
-        path = Path(bench_dir) / name / "runs.parquet"
+        path = paths.runs_table_in(Path(bench_dir) / name)
         out[name] = pl.read_parquet(path) if path.is_file() else None
     return out
 

@@ -6,6 +6,7 @@ pillar of tests/toy_pillar.py is registered too: it meets the same contract."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from pathlib import Path
@@ -49,7 +50,9 @@ def _spec(tmp_path, pillar, method=None):
         assert art.pillar == pillar.name and art.outputs
         assert all(Path(o).is_relative_to(paths.artefact_root()) for o in art.outputs)
         if not all(Path(o).is_file() for o in art.outputs):
-            build_artefact(spec, pillar, art)
+            took = build_artefact(spec, pillar, art)
+            info = json.loads(paths.artefact_build_info(pillar.name, art.id).read_text())
+            assert info["build_s"] == took and info["threads"] >= 1
     return spec
 
 

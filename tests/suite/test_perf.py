@@ -1,0 +1,39 @@
+"""perf.overhead: the run's own work is its cells plus the artefacts it built (not cached ones)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from sparsebench.suite import paths, perf
+from sparsebench.suite.record import write_json_atomic
+
+
+def _record(bench, pillar, cell, cell_s, threads, started):
+    write_json_atomic(
+        paths.record(bench.name, pillar, cell, root=bench.parent),
+        {"cell_s": cell_s, "threads": threads, "started_at": started},
+    )
+
+
+def test_overhead_counts_cells_and_this_runs_artefacts(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
+    bench = tmp_path / "bench"
+    since = time.time()
+    old, new = "2000-01-01T00:00:00+00:00", "2100-01-01T00:00:00+00:00"
+    _record(bench, "toy", "a", 10.0, 1, new)
+    _record(bench, "toy", "b", 5.0, 2, new)
+    _record(bench, "toy", "c", 99.0, 1, old)  # an earlier run's cell
+    write_json_atomic(
+        paths.artefact_build_info("toy", "model/s0"),
+        {"build_s": 20.0, "threads": 1, "finished_at": new},
+    )
+    write_json_atomic(
+        paths.artefact_build_info("toy", "model/s1"),  # cached: built by an earlier run
+        {"build_s": 500.0, "threads": 1, "finished_at": old},
+    )
+    out = perf.overhead(bench, wall_s=30.0, cores=2, since=since)
+    assert (out["cells"], out["cell_core_s"]) == (2, 20.0)
+    assert (out["artefacts"], out["artefact_core_s"]) == (1, 20.0)
+    assert out["ideal_wall_s"] == 20.0 and out["ratio"] == 1.5
+    json.dumps(out)  # printable as the make bench line
