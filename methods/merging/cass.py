@@ -20,7 +20,7 @@ from ._data import loss_gradient, memo, read, require_data
 from .base import Group, MergeInputs, MergeResult, MergingMethod, StateDict, group_masks
 from .dare import P_GRID, dare_stages  # importing the hosts registers them for host_merge
 from .task_arithmetic import LAMBDA_GRID
-from .ties import TIES_LAMBDA_GRID
+from .ties import K_GRID, TIES_LAMBDA_GRID, ties_stages
 
 KEEP_GRID = (0.25, 0.5, 0.75)  # ours: fraction of heads / neurons kept per (layer, kind)
 
@@ -138,10 +138,13 @@ _HOST_FIELDS = {
 
 
 def host_search(host: str) -> dict[str, tuple[Any, ...]]:
-    """The grids of the host fields for ``host``: λ over the host's grid, DARE's p over
-    :data:`P_GRID`; a host that does not take p gets ``(None,)`` (p stays None, unused)."""
+    """The grids of the host fields for ``host``: λ over the host's grid, TIES' trim fraction
+    k over :data:`~.ties.K_GRID`, DARE's p over :data:`P_GRID`; a host that does not take k
+    or p gets ``(None,)`` for it (it stays None, unused)."""
+    ties_host = host in ("ties", "dare_ties")
     return {
-        "lam": TIES_LAMBDA_GRID if host in ("ties", "dare_ties") else LAMBDA_GRID,
+        "lam": TIES_LAMBDA_GRID if ties_host else LAMBDA_GRID,
+        "k": K_GRID if ties_host else (None,),
         "p": P_GRID if host.startswith("dare") else (None,),
     }
 
@@ -187,9 +190,11 @@ class _HostParamsMixin:
 
     @classmethod
     def search_stages(cls, params: Any):
-        """DARE hosts: their own two stages (λ and keep without dropping, then p)."""
+        """The host's own stages: TIES hosts λ (and keep) at k = 0.2, then k
+        (:func:`~.ties.ties_stages`); DARE hosts all of that without dropping, then p
+        (:func:`~.dare.dare_stages`); Task Arithmetic one stage."""
         grid = cls.grid_for(params)
-        return dare_stages(grid) if params.host.startswith("dare") else [(grid, {})]
+        return dare_stages(grid) if params.host.startswith("dare") else ties_stages(grid)
 
 
 def _validate_host_fields(p: Any) -> None:
@@ -200,7 +205,7 @@ def _validate_host_fields(p: Any) -> None:
         raise ValueError(f"host {p.host!r} has no trim fraction k (only ties, dare_ties do)")
     if p.lam is not None and p.lam < 0:
         raise ValueError(f"lam must be >= 0, got {p.lam}")
-    if not 0.0 < p.k <= 1.0:
+    if p.k is not None and not 0.0 < p.k <= 1.0:
         raise ValueError(f"k must be in (0, 1], got {p.k}")
     if p.p is not None and not 0.0 <= p.p < 1.0:
         raise ValueError(f"p must be in [0, 1), got {p.p}")
@@ -228,13 +233,15 @@ class Cass(_HostParamsMixin, MergingMethod):
       (DARE drop rate); None: searched over the host's grid.
 
     Defaults: host Task Arithmetic, keep searched over {0.25, 0.5, 0.75} (ours), λ over the
-    host's grid (TA, DARE-TA: 0.01, ..., 1.00; TIES, DARE-TIES: 0.1, ..., 2.5, see ties.py), p
-    over {0.1, 0.3, 0.5, 0.7, 0.9} (DARE hosts, after keep and λ as DARE's own two stages; other
-    hosts leave it None), k = 0.2, n_examples = 1024 (ours). The class-level ``search`` holds
-    the default host's grids; :meth:`grid_for` gives the chosen host's. ∇L_t(θ0) is computed
-    once per ``MergeInputs`` (memoised across the grid points of one selection: it depends on
-    neither keep nor the host). Task vectors: the host's (for TA the filtered m_t ∘ τ_t);
-    ``info``: the mask density per task.
+    host's grid (TA, DARE-TA: 0.01, ..., 1.00; TIES, DARE-TIES: 0.01, ..., 2.5, see ties.py),
+    k over {0.1, 0.2, 0.3} (TIES hosts, ours: after keep and λ at k = 0.2, TIES' own two
+    stages; other hosts leave it None), p over {0.1, 0.3, 0.5, 0.7, 0.9} (DARE hosts, after
+    the host's other parameters without dropping, DARE's own stages; other hosts leave it
+    None), n_examples = 1024 (ours). An explicit k or p is not searched. The class-level
+    ``search`` holds the default host's grids; :meth:`grid_for` gives the chosen host's.
+    ∇L_t(θ0) is computed once per ``MergeInputs`` (memoised across the grid points of one
+    selection: it depends on neither keep nor the host). Task vectors: the host's (for TA
+    the filtered m_t ∘ τ_t); ``info``: the mask density per task.
 
     Source: "Contribution-Aware Structured Sparsity" (2026; abstract only: "a
     contribution-aware structured mask selecting task-relevant attention heads and FFN
@@ -250,7 +257,7 @@ class Cass(_HostParamsMixin, MergingMethod):
         host: CassHost = "task_arithmetic"
         keep: float | None = None  # None: chosen on validation over KEEP_GRID
         lam: float | None = None  # host λ; None: chosen over the host's grid
-        k: float = 0.2  # TIES trim fraction (hosts ties, dare_ties)
+        k: float | None = None  # TIES trim (hosts ties, dare_ties); None: chosen over K_GRID
         p: float | None = None  # DARE drop rate (hosts dare_*); None: chosen over P_GRID
         n_examples: int = 1024  # train examples per task for ∇L_t(θ0)
 
@@ -300,9 +307,9 @@ class CassTuning(_HostParamsMixin, MergingMethod):
     ``merge`` then combines those experts with ``host`` and its ``lam`` / ``k`` / ``p``.
 
     Defaults (ours): keep = 0.5 (fixed: the pillar needs it before training, so it is not
-    searched), host Task Arithmetic with λ over its grid (TIES hosts: 0.1, ..., 2.5, see
-    ties.py), p over {0.1, ..., 0.9} after λ (DARE's two stages), k = 0.2. Task vectors: the
-    host's.
+    searched), host Task Arithmetic with λ over its grid (TIES hosts: 0.01, ..., 2.5, see
+    ties.py), k over {0.1, 0.2, 0.3} after λ (TIES hosts: TIES' two stages), p over {0.1, ...,
+    0.9} after those (DARE hosts: DARE's stages). Task vectors: the host's.
 
     Source: "Contribution-Aware Structured Sparsity" (2026; abstract only: "CASS-Tuning, where
     masks constrain fine-tuning gradients"); the gradient-norm selection is ours.
@@ -316,7 +323,7 @@ class CassTuning(_HostParamsMixin, MergingMethod):
         host: CassHost = "task_arithmetic"
         keep: float = 0.5  # fraction of heads / neurons per (layer, kind) left trainable
         lam: float | None = None  # host λ; None: chosen over the host's grid
-        k: float = 0.2  # TIES trim fraction (hosts ties, dare_ties)
+        k: float | None = None  # TIES trim (hosts ties, dare_ties); None: chosen over K_GRID
         p: float | None = None  # DARE drop rate (hosts dare_*); None: chosen over P_GRID
 
         def validate(self) -> None:

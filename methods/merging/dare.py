@@ -12,7 +12,7 @@ from sparsebench.suite.registry import register
 
 from .base import MergeInputs, MergeResult, MergingMethod, StateDict, add_scaled, combine
 from .task_arithmetic import LAMBDA_GRID
-from .ties import TIES_LAMBDA_GRID, ties_vector
+from .ties import K_GRID, TIES_LAMBDA_GRID, ties_stages, ties_vector
 
 # The official code (github.com/yule-BUAA/MergeLM, merge_plms_glue.py, "mask_merging") searches
 # the drop rate over {0.1, 0.3, 0.5, 0.7, 0.9}.
@@ -20,12 +20,14 @@ P_GRID = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
 def dare_stages(grid: dict[str, tuple[Any, ...]]) -> list[tuple[dict[str, tuple], dict[str, Any]]]:
-    """The DARE protocol as selection stages: the host's other parameters (λ, ...) first
-    without dropping (p = 0: the host alone), then p over its grid at those values: the
+    """The DARE protocol as selection stages: the host's other parameters first without
+    dropping (p = 0: the host alone), in the host's own stages (λ, ...; a TIES host: λ at
+    k = 0.2, then k, :func:`~.ties.ties_stages`), then p over its grid at those values: the
     official code's order (the host's hyperparameters are tuned before DARE is applied), and
-    |λ grid| + |p grid| merges instead of their product."""
+    |λ grid| (+ |k grid|) + |p grid| merges instead of their product."""
     first = {k: v for k, v in grid.items() if k != "p"}
-    return [(first, {"p": 0.0}), ({"p": grid["p"]}, {})]
+    host = [(axes, {**fixed, "p": 0.0}) for axes, fixed in ties_stages(first)]
+    return [*host, ({"p": grid["p"]}, {})]
 
 
 def task_generator(seed: int, task: int) -> torch.Generator:
@@ -101,9 +103,11 @@ class DareTies(MergingMethod):
     replaces the trim by DARE instead (k = 1.0 here reproduces that). With p >= 1 − k the
     trim keeps every surviving entry.
 
-    Defaults: k = 0.2 (TIES' default); λ over TIES' grid 0.1, ..., 2.5 (the paper's 0.8, ...,
-    2.5 extended below: see ties.py) without dropping, then p over {0.1, 0.3, 0.5, 0.7, 0.9}
-    at that λ (the official order, :func:`dare_stages`).
+    Defaults: chosen on validation in the official order (:func:`dare_stages`), without
+    dropping first: λ over TIES' grid 0.01, ..., 2.5 (the paper's 0.8, ..., 2.5 extended
+    below: see ties.py) at k = 0.2, then k over {0.1, 0.2, 0.3} (ours, TIES' staged search)
+    at that λ, then p over {0.1, 0.3, 0.5, 0.7, 0.9} at those values. An explicit k is not
+    searched.
     Masks from ``MergeInputs.seed`` and the task index. Task vectors: the dropped, rescaled
     and trimmed vectors.
 
@@ -112,7 +116,7 @@ class DareTies(MergingMethod):
     al., "TIES-Merging", NeurIPS 2023, Alg. 1; code github.com/yule-BUAA/MergeLM.
     """
 
-    search = {"p": P_GRID, "lam": TIES_LAMBDA_GRID}
+    search = {"p": P_GRID, "k": K_GRID, "lam": TIES_LAMBDA_GRID}
 
     @classmethod
     def search_stages(cls, params: Any):
@@ -121,13 +125,14 @@ class DareTies(MergingMethod):
     @dataclass
     class Params:
         p: float | None = None  # drop rate; None: chosen on validation over P_GRID
-        k: float = 0.2  # TIES trim: fraction of each (dropped) task vector kept
+        # TIES trim: fraction of each (dropped) task vector kept; None: chosen over K_GRID
+        k: float | None = None
         lam: float | None = None  # None: chosen on validation over TIES_LAMBDA_GRID
 
         def validate(self) -> None:
             if self.p is not None and not 0.0 <= self.p < 1.0:
                 raise ValueError(f"p must be in [0, 1), got {self.p}")
-            if not 0.0 < self.k <= 1.0:
+            if self.k is not None and not 0.0 < self.k <= 1.0:
                 raise ValueError(f"k must be in (0, 1], got {self.k}")
             if self.lam is not None and self.lam < 0:
                 raise ValueError(f"lam must be >= 0, got {self.lam}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -15,11 +15,36 @@ from .base import MergeInputs, MergeResult, MergingMethod, StateDict, add_scaled
 # The official code's TIES command (README of github.com/prateeky2806/ties-merging) scales the
 # merged vector over `linear+0.8+2.51+0.1`, i.e. λ in 0.8, 0.9, ..., 2.5, on validation.
 PAPER_LAMBDA_GRID = tuple(round(0.8 + 0.1 * i, 1) for i in range(18))
-# Ours: extended below the paper's range with 0.1, ..., 0.7. With our small trunks the task
-# vectors are large next to θ0 and the validation optimum of the 8-task merge lies below 0.8
-# (measured: 0.2 beats 0.8 by 10 points of normalized accuracy on the MLP trunk); a grid that
-# stops at 0.8 would make TIES lose to Task Arithmetic by its grid alone (a mis-scaled default).
-TIES_LAMBDA_GRID = tuple(round(0.1 * i, 1) for i in range(1, 8)) + PAPER_LAMBDA_GRID
+# Ours: extended below the paper's range, first with 0.1, ..., 0.7 (with our small trunks the
+# task vectors are large next to θ0 and the validation optimum of the 8-task merge lies below
+# 0.8: measured, 0.2 beats 0.8 by 10 points of normalized accuracy on the MLP trunk), then,
+# since TIES still chose 0.1, the lower edge of that grid, with 0.01, 0.02, 0.03, 0.05, 0.07:
+# down to Task Arithmetic's lowest value (0.01, task_arithmetic.py) in roughly geometric steps
+# (ratios 1.4 to 2, about as fine as 0.1 -> 0.2 above). A grid whose edge is the optimum
+# would make TIES lose to Task Arithmetic by its grid alone (a mis-scaled default).
+LOW_LAMBDA_GRID = (0.01, 0.02, 0.03, 0.05, 0.07)
+TIES_LAMBDA_GRID = (
+    LOW_LAMBDA_GRID + tuple(round(0.1 * i, 1) for i in range(1, 8)) + PAPER_LAMBDA_GRID
+)
+# The trim fraction k. The official code's commands fix it (`topk20`: keep 20%, the paper's
+# default) and scan λ only; we found no documented validation grid for k, so this one is ours:
+# 10%, 20%, 30% around the default, searched after λ (see ties_stages).
+K_DEFAULT = 0.2
+K_GRID = (0.1, 0.2, 0.3)
+
+
+def ties_stages(
+    grid: dict[str, tuple[Any, ...]],
+) -> list[tuple[dict[str, tuple[Any, ...]], dict[str, Any]]]:
+    """TIES' selection as stages (ours; the official code tunes λ only, at k = 20%): the other
+    searched fields (λ, and CASS's keep) at k = :data:`K_DEFAULT` first, then k over
+    ``grid["k"]`` at the values they chose: |λ grid| + |k grid| merges instead of their
+    product. A grid without a k axis, or whose k axis is ``(None,)`` (a CASS host that does
+    not trim), is one stage."""
+    if grid.get("k", (None,)) == (None,):
+        return [(grid, {})]
+    first = {name: values for name, values in grid.items() if name != "k"}
+    return [(first, {"k": K_DEFAULT}), ({"k": grid["k"]}, {})]
 
 
 def trim(vectors: Sequence[Mapping[str, torch.Tensor]], k: float) -> list[StateDict]:
@@ -87,10 +112,13 @@ class Ties(MergingMethod):
     entry by total mass, average only the entries that agree with it (disjoint mean), and add
     the result to the base with one coefficient: θ = θ0 + λ τ_m.
 
-    Defaults: k = 0.2 (keep 20%, the paper's default), λ chosen on validation over
-    0.1, 0.2, ..., 2.5: the official code's scale grid 0.8, ..., 2.5 (``linear+0.8+2.51+0.1``;
-    the paper recommends λ = 1 without validation) extended below by us to 0.1, ..., 0.7,
-    where the optimum lies at our scale (see ``TIES_LAMBDA_GRID``). Trimming is over the
+    Defaults: λ and k chosen on validation in two stages (:func:`ties_stages`, ours): λ over
+    0.01, ..., 2.5 at k = 0.2, then k over {0.1, 0.2, 0.3} at that λ. λ's grid is the official
+    code's scale grid 0.8, ..., 2.5 (``linear+0.8+2.51+0.1``; the paper recommends λ = 1
+    without validation) extended below by us with 0.1, ..., 0.7 and 0.01, 0.02, 0.03, 0.05,
+    0.07, where the optimum lies at our scale (see ``TIES_LAMBDA_GRID``); k's grid is ours
+    (the official commands fix k = 20%, the paper's default; see ``K_GRID``). An explicit k
+    (e.g. ``ties: {k: 0.2}``) is used as is and not searched. Trimming is over the
     whole flattened task vector (as in the official code; FusionBench does the same,
     mergekit trims per tensor), keeping round(k·d) entries (the official code keeps
     int(k·d)+1). Zero elected signs take the vector's majority sign (official code). Task
@@ -100,15 +128,21 @@ class Ties(MergingMethod):
     Merging Models", NeurIPS 2023, Alg. 1; code github.com/prateeky2806/ties-merging.
     """
 
-    search = {"lam": TIES_LAMBDA_GRID}
+    search = {"k": K_GRID, "lam": TIES_LAMBDA_GRID}
+
+    @classmethod
+    def search_stages(cls, params: Any):
+        return ties_stages(cls.grid_for(params))
 
     @dataclass
     class Params:
-        k: float = 0.2  # fraction of each task vector's entries kept by the trim step
+        # fraction of each task vector's entries kept by the trim step; None: chosen on
+        # validation over K_GRID after λ (ties_stages)
+        k: float | None = None
         lam: float | None = None  # None: chosen on validation over TIES_LAMBDA_GRID
 
         def validate(self) -> None:
-            if not 0.0 < self.k <= 1.0:
+            if self.k is not None and not 0.0 < self.k <= 1.0:
                 raise ValueError(f"k must be in (0, 1], got {self.k}")
             if self.lam is not None and self.lam < 0:
                 raise ValueError(f"lam must be >= 0, got {self.lam}")

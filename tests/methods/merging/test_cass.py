@@ -19,7 +19,7 @@ from sparsebench.methods.merging.cass import (
 )
 from sparsebench.methods.merging.dare import P_GRID, DareTA
 from sparsebench.methods.merging.task_arithmetic import LAMBDA_GRID, TaskArithmetic
-from sparsebench.methods.merging.ties import TIES_LAMBDA_GRID, Ties
+from sparsebench.methods.merging.ties import K_GRID, TIES_LAMBDA_GRID, Ties
 from tests.methods.merging.conftest import (
     assert_state_close,
     assert_unchanged,
@@ -148,23 +148,52 @@ def test_filters_then_merges_with_the_host():
 
 
 def test_grid_for_gives_the_hosts_grids():
-    none = (None,)  # p is not a field of these hosts: it stays None
-    assert Cass.search == {"keep": KEEP_GRID, "lam": LAMBDA_GRID, "p": none}
+    none = (None,)  # k / p is not a field of these hosts: it stays None
+    assert Cass.search == {"keep": KEEP_GRID, "lam": LAMBDA_GRID, "k": none, "p": none}
     assert Cass.grid_for(Cass.Params()) == Cass.search
     assert Cass.grid_for(Cass.Params(host="ties")) == {
         "keep": KEEP_GRID,
         "lam": TIES_LAMBDA_GRID,
+        "k": K_GRID,
         "p": none,
     }
     assert Cass.grid_for(Cass.Params(host="dare_ta")) == {
         "keep": KEEP_GRID,
         "lam": LAMBDA_GRID,
+        "k": none,
         "p": P_GRID,
     }
     assert CassTuning.grid_for(CassTuning.Params(host="dare_ties")) == {
         "lam": TIES_LAMBDA_GRID,
+        "k": K_GRID,
         "p": P_GRID,
     }
+
+
+def test_stages_resolve_the_ties_hosts_k_before_host_merge():
+    # TIES hosts: keep and λ at k = 0.2, then k (TIES' stages); DARE-TIES: then p at p = 0
+    stages = Cass.search_stages(Cass.Params(host="ties"))
+    assert stages == [
+        ({"keep": KEEP_GRID, "lam": TIES_LAMBDA_GRID, "p": (None,)}, {"k": 0.2}),
+        ({"k": K_GRID}, {}),
+    ]
+    stages = CassTuning.search_stages(CassTuning.Params(host="dare_ties"))
+    assert stages == [
+        ({"lam": TIES_LAMBDA_GRID}, {"k": 0.2, "p": 0.0}),
+        ({"k": K_GRID}, {"p": 0.0}),
+        ({"p": P_GRID}, {}),
+    ]
+    # hosts without a trim keep k's (None,) axis in one stage: it is never fixed to 0.2
+    for host in ("task_arithmetic", "dare_ta"):
+        for axes, fixed in Cass.search_stages(Cass.Params(host=host)):
+            assert "k" not in fixed and axes.get("k", (None,)) == (None,)
+    # every stage point, with the stage's stand-ins, gives host_merge a resolved k
+    inputs = make_inputs()
+    (first, fixed), _ = Cass.search_stages(Cass.Params(host="ties"))
+    res = Cass().merge(inputs, Cass.Params(host="ties", keep=0.5, lam=0.3, n_examples=32, **fixed))
+    assert res.info["host"] == "ties"
+    with pytest.raises(ValueError, match="needs resolved"):
+        Cass().merge(inputs, Cass.Params(host="ties", keep=0.5, lam=0.3, n_examples=32))
 
 
 def test_tuning_masks_rank_by_gradient_norm():

@@ -3,8 +3,11 @@ import math
 import torch
 
 from sparsebench.methods.merging.base import MergeInputs
-from sparsebench.methods.merging.dare import DareTA, DareTies, dare
-from sparsebench.methods.merging.ties import Ties, trim
+from sparsebench.methods.merging.dare import P_GRID, DareTA, DareTies, dare
+from sparsebench.methods.merging.task_arithmetic import LAMBDA_GRID
+from sparsebench.methods.merging.ties import K_GRID, TIES_LAMBDA_GRID, Ties, trim
+from sparsebench.suite import registry
+from sparsebench.suite.pillars.merging.job import _stages
 from tests.methods.merging.conftest import (
     assert_state_close,
     assert_unchanged,
@@ -103,5 +106,29 @@ def test_inputs_not_modified():
     inputs = make_inputs(data=False)
     snap = snapshot(inputs)
     DareTA().merge(inputs, DareTA.Params(p=0.3, lam=0.5))
-    DareTies().merge(inputs, DareTies.Params(p=0.3, lam=1.0))
+    DareTies().merge(inputs, DareTies.Params(p=0.3, k=0.2, lam=1.0))
     assert_unchanged(inputs, snap)
+
+
+def test_dare_ties_searches_lambda_then_k_then_p():
+    params = registry.build_params(registry.registered("merging")["dare_ties"], {})
+    assert params.k is None
+    assert _stages(DareTies, params) == [
+        (["lam"], [TIES_LAMBDA_GRID], {"k": 0.2, "p": 0.0}),
+        (["k"], [K_GRID], {"p": 0.0}),
+        (["p"], [P_GRID], {}),
+    ]
+    fixed_k = registry.build_params(
+        registry.registered("merging")["dare_ties"], {"k": 0.2}
+    )  # an explicit k: not searched
+    assert [st for st in _stages(DareTies, fixed_k) if st[0]] == [
+        (["lam"], [TIES_LAMBDA_GRID], {"p": 0.0}),
+        (["p"], [P_GRID], {}),
+    ]
+    # DARE-TA has no k: its two stages are unchanged
+    assert _stages(
+        DareTA, registry.build_params(registry.registered("merging")["dare_ta"], {})
+    ) == [
+        (["lam"], [LAMBDA_GRID], {"p": 0.0}),
+        (["p"], [P_GRID], {}),
+    ]

@@ -12,9 +12,9 @@ from tests.methods.merging.conftest import FakeData, assert_unchanged, make_inpu
 RESOLVED = {  # small, resolved settings (no None left)
     "averaging": {},
     "task_arithmetic": {"lam": 0.3},
-    "ties": {"lam": 1.0},
+    "ties": {"k": 0.2, "lam": 1.0},
     "dare_ta": {"p": 0.5, "lam": 0.3},
-    "dare_ties": {"p": 0.5, "lam": 1.0},
+    "dare_ties": {"p": 0.5, "k": 0.2, "lam": 1.0},
     "fisher": {"n_examples": 8},
     "regmean": {"n_examples": 16},
     "adamerging_task": {"steps": 3, "n_examples": 16},

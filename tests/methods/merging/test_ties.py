@@ -2,7 +2,17 @@ import pytest
 import torch
 
 from sparsebench.methods.merging.base import MergeInputs
-from sparsebench.methods.merging.ties import Ties, disjoint_merge, elect_sign, trim
+from sparsebench.methods.merging.ties import (
+    K_DEFAULT,
+    K_GRID,
+    TIES_LAMBDA_GRID,
+    Ties,
+    disjoint_merge,
+    elect_sign,
+    trim,
+)
+from sparsebench.suite import registry
+from sparsebench.suite.pillars.merging.job import _stages
 from tests.methods.merging.conftest import (
     assert_state_close,
     assert_unchanged,
@@ -76,13 +86,14 @@ def test_one_expert_k1_lambda1_returns_it():
 
 def test_lambda_zero_returns_base():
     inputs = make_inputs(data=False)
-    res = Ties().merge(inputs, Ties.Params(lam=0.0))
+    res = Ties().merge(inputs, Ties.Params(k=0.2, lam=0.0))
     assert_state_close(res.state, inputs.base, rtol=0, atol=0)
 
 
-def test_default_trim_keeps_20_percent():
+def test_trim_at_the_paper_default_keeps_20_percent():
+    assert K_DEFAULT == 0.2
     inputs = make_inputs(data=False)
-    res = Ties().merge(inputs, Ties.Params(lam=1.0))
+    res = Ties().merge(inputs, Ties.Params(k=K_DEFAULT, lam=1.0))
     d = sum(v.numel() for v in inputs.base.values())
     for tv in res.task_vectors:
         assert sum(int(torch.count_nonzero(v)) for v in tv.values()) == round(0.2 * d)
@@ -93,3 +104,35 @@ def test_inputs_not_modified():
     snap = snapshot(inputs)
     Ties().merge(inputs, Ties.Params(k=0.3, lam=1.2))
     assert_unchanged(inputs, snap)
+
+
+def test_lambda_grid_reaches_below_0_1():
+    assert TIES_LAMBDA_GRID[:6] == (0.01, 0.02, 0.03, 0.05, 0.07, 0.1)
+    assert TIES_LAMBDA_GRID[-1] == 2.5 and list(TIES_LAMBDA_GRID) == sorted(TIES_LAMBDA_GRID)
+    assert len(set(TIES_LAMBDA_GRID)) == len(TIES_LAMBDA_GRID) == 30
+
+
+def test_k_left_none_is_searched_after_lambda():
+    params = registry.build_params(registry.registered("merging")["ties"], {})
+    assert params.k is None and params.lam is None
+    # the pillar's stages: λ at k = 0.2, then k over {0.1, 0.2, 0.3} at the chosen λ
+    assert _stages(Ties, params) == [
+        (["lam"], [TIES_LAMBDA_GRID], {"k": 0.2}),
+        (["k"], [K_GRID], {}),
+    ]
+    assert K_GRID == (0.1, 0.2, 0.3)
+    # every candidate is accepted
+    for k in K_GRID:
+        registry.build_params(registry.registered("merging")["ties"], {"k": k})
+
+
+def test_an_explicit_k_is_not_searched():
+    params = registry.build_params(registry.registered("merging")["ties"], {"k": 0.2})
+    stages = [st for st in _stages(Ties, params) if st[0]]  # run_merge drops empty stages
+    assert stages == [(["lam"], [TIES_LAMBDA_GRID], {})]
+    both = registry.build_params(registry.registered("merging")["ties"], {"k": 0.3, "lam": 0.5})
+    assert [st for st in _stages(Ties, both) if st[0]] == []  # nothing left to search
+    lam_only = registry.build_params(
+        registry.registered("merging")["ties"], {"lam": 0.5}
+    )  # k alone is searched
+    assert [st for st in _stages(Ties, lam_only) if st[0]] == [(["k"], [K_GRID], {})]
