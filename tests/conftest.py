@@ -70,6 +70,8 @@ def make_record() -> MakeRecord:
             "trained_density": density,
             "reachable_outputs_init": 1.0,
             "reachable_outputs": 1.0,
+            "regrowth_s": None if method in ("dense", "static") else 0.02,
+            "regrowth_updates": None if method in ("dense", "static") else 4,
             "device": "cpu",
             "threads": 1,
             "parallel_jobs": 2,
@@ -90,7 +92,7 @@ def make_record() -> MakeRecord:
                 "train_flops", "inference_flops", "train_flops_rel_dense",
                 "inference_flops_rel_dense", "params_total", "params_nonzero", "train_wall_s",
                 "infer_ms", "infer_batch", "layer_densities_json", "device", "trained_density",
-                "reachable_outputs_init", "reachable_outputs",
+                "reachable_outputs_init", "reachable_outputs", "regrowth_s", "regrowth_updates",
             ):  # fmt: skip
                 rec[col] = None
             rec["error"] = "RuntimeError: boom"

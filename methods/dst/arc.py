@@ -239,12 +239,12 @@ class Arc(AcDc):
     def rewire(self, store, grads: Mapping[str, torch.Tensor]) -> None:
         """Rewiring (c) of every sparse layer with a captured dense gradient, and its extra
         FLOPs: ``(f_D - f_S)`` per example of the iteration's batch."""
-        for name, mask in store.masks.items():
-            if mask is not None and name in grads:
-                new = self.rewire_mask(
-                    store.weight(name).detach(), mask, grads[name], self.params.rewire_fraction
-                )
-                store.set_mask(name, new)
+        with self.timed_update(store):
+            for name, mask in store.masks.items():
+                if mask is not None and name in grads:
+                    w = store.weight(name).detach()
+                    new = self.rewire_mask(w, mask, grads[name], self.params.rewire_fraction)
+                    store.set_mask(name, new)
         f_s = sparse_forward_flops(self.ctx.flops.dense_flops, store.densities())
         self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * self._batch_size)
 

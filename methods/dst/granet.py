@@ -74,6 +74,8 @@ class GraNet(Static):
     github.com/Shiweiliuiiiiiii/GraNet).
     """
 
+    updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates
+
     @dataclass
     class Params(Static.Params):
         initial_density: float = 0.5
@@ -227,6 +229,13 @@ class GraNet(Static):
         if regen:  # this iteration's backward produced the dense weight gradient
             f_s = sparse_forward_flops(self.ctx.flops.dense_flops, store.densities())
             self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * batch_size)
+        with self.timed_update(store):
+            self._prune_regenerate(store, step, grads, regen)
+
+    def _prune_regenerate(
+        self, store: MaskStore, step: int, grads: dict[str, torch.Tensor], regen: bool
+    ) -> None:
+        """The masks' part of :meth:`update`: pruning, then regeneration if ``regen``."""
         names = self._pruned_layers(store)
         density = self.density_at(step)
         if density is not None:

@@ -37,8 +37,9 @@ class HASTE(RigL):
     the M = 16 tile of tensor-core MMA. Every other prunable layer is sparse unstructured.
     Under ``execution: cpu`` the output layer runs on the suite's generic CSR kernel like any
     other pattern (the kernel does not exploit the shared indices), so there the structure
-    costs no speed but buys none either: measured on LeNet-300-100's Linear(100, 1000) at
-    density 0.1, HASTE and a random mask of the same nnz time alike within noise.
+    buys no speed: measured on LeNet-300-100's Linear(100, 1000) at density 0.1 by
+    ``python -m sparsebench.suite.pillars.classification.bench_dst``, HASTE's mask was no
+    faster than a random mask of the same nnz (1.15-1.3x slower in two runs, docs/dst.md).
 
     Allocation. Layer densities d_l come from the spec's ``distribution`` (ERK or uniform,
     ``dense_first_layer`` as in :class:`Static`). The output layer gets ``fan_in =

@@ -94,6 +94,8 @@ class MEST(Static):
     from the authors' code github.com/boone891214/MEST (README, scripts/resnet32).
     """
 
+    updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates
+
     @dataclass
     class Params(Static.Params):
         distribution: Literal["erk", "uniform"] = "uniform"
@@ -215,6 +217,12 @@ class MEST(Static):
         if not prune and rate == 0.0:
             return
         store = pl_module.masks
+        with self.timed_update(store):
+            self._update(step, store, prune, rate)
+
+    def _update(self, step: int, store, prune: bool, rate: float) -> None:
+        """The prune (``prune``) and/or growth / mutation (``rate`` > 0) of iteration
+        ``step``, then the masking of this iteration's gradients."""
         lam, gen = self.params.grad_coef, self.ctx.generator
         fresh: dict[str, torch.Tensor] = {}
         if prune:

@@ -49,6 +49,8 @@ class RigL(Static):
     T_end = 0.75 of training, ERK.
     """
 
+    updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates
+
     @dataclass
     class Params(Static.Params):
         update_interval: int = 100
@@ -110,10 +112,12 @@ class RigL(Static):
             return
         store.capture_dense_grads = False
         fraction = self.drop_fraction_at(trainer.global_step)
-        for name, mask in store.masks.items():
-            if mask is not None and name in store.dense_grads:
-                new = self.update_mask(store.weight(name), mask, store.dense_grads[name], fraction)
-                store.set_mask(name, new)
+        with self.timed_update(store):
+            for name, mask in store.masks.items():
+                if mask is not None and name in store.dense_grads:
+                    grad = store.dense_grads[name]
+                    new = self.update_mask(store.weight(name), mask, grad, fraction)
+                    store.set_mask(name, new)
         store.dense_grads.clear()
         # The update replaces the optimizer step: torch optimizers skip parameters without a
         # gradient (no momentum, no weight decay).

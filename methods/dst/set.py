@@ -55,6 +55,8 @@ class SET(Static):
     "Rigging the Lottery", Sec. 4 and Eq. 1.
     """
 
+    updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates
+
     @dataclass
     class Params(Static.Params):
         zeta: float = 0.3
@@ -118,10 +120,11 @@ class SET(Static):
     def _evolve_all(self, pl_module, step: int) -> None:
         store = pl_module.masks
         zeta = self.zeta_at(step)
-        for name, mask in store.masks.items():
-            if mask is not None:
-                new_mask, grown = self.evolve(store.weight(name), mask, zeta, name)
-                store.set_mask(name, new_mask, reset=grown)
+        with self.timed_update(store):
+            for name, mask in store.masks.items():
+                if mask is not None:
+                    new_mask, grown = self.evolve(store.weight(name), mask, zeta, name)
+                    store.set_mask(name, new_mask, reset=grown)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self.params.update_interval is not None:

@@ -84,6 +84,8 @@ class SNFS(Static):
     ``mask.at_end_of_epoch()``).
     """
 
+    updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates
+
     @dataclass
     class Params(Static.Params):
         distribution: Literal["erk", "uniform"] = "uniform"
@@ -174,7 +176,8 @@ class SNFS(Static):
             return
         step = trainer.global_step
         rate = self.prune_rate_at(step)
-        self.apply_update(pl_module.masks, rate, trainer.optimizers)
+        with self.timed_update(pl_module.masks):
+            self.apply_update(pl_module.masks, rate, trainer.optimizers)
         self.updates.append((step, rate))
 
     # -- the algorithm -------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -89,6 +90,8 @@ class TopKAST(Static):
     (Tables 1, 3, 5, 6), top-K every step (Sec. 2; N = 100 in Appendix C), regulariser
     coefficient = the weight decay (Appendix B), uniform layer sparsity (Sec. 4).
     """
+
+    updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates
 
     @dataclass
     class Params(Static.Params):
@@ -238,12 +241,16 @@ class TopKAST(Static):
         self._opt.step()
 
         recompute = self.is_topk_step(step)
+        seconds = 0.0  # of the top-K step: selecting A and B, installing them
         with torch.no_grad():
             for name, theta in self.theta.items():
                 bwd = self.backward_masks[name]
                 theta.copy_(torch.where(bwd, theta, before[name]))  # Δθ = 0 outside B
                 theta.grad = None
                 fwd = store.masks[name]
+                if recompute and theta.is_cuda:
+                    torch.cuda.synchronize(theta.device)
+                t0 = time.perf_counter()
                 if recompute:
                     fwd, bwd = self.select(theta.detach(), *self._n_keep[name])
                     self.backward_masks[name] = bwd
@@ -251,7 +258,13 @@ class TopKAST(Static):
                 w = store.weight(name)
                 w.copy_(theta * fwd)
                 store.set_mask(name, fwd)
+                if recompute:
+                    if w.is_cuda:
+                        torch.cuda.synchronize(w.device)
+                    seconds += time.perf_counter() - t0
                 w.grad = None  # the trainer's optimizer skips the weight: θ was stepped here
+        if recompute:
+            self.record_update(seconds)
         flops.add((f_bwd - f_fwd) * self._batch_size)  # weight gradients on B \ A
 
     # -- the private optimizer of the reservoirs -----------------------------------------

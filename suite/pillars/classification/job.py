@@ -139,6 +139,8 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     reps = math.ceil(infer_bs / len(x_test))
     x_inf = x_test.repeat(reps, *[1] * (x_test.dim() - 1))[:infer_bs].to(module.device)
     infer = inference_ms(module.model, x_inf, spec.data["infer"]["repeats"])
+    # Wall-clock of the method's mask updates (MaskMethod.timed_update); null when it has none.
+    regrowth_s, regrowth_updates = method.update_timing()
 
     return {
         "status": "ok",
@@ -165,4 +167,6 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         "trained_density": trained_density,
         "reachable_outputs_init": connectivity.at_start,
         "reachable_outputs": reachable_output_fraction(module.model, store, data.input_shape),
+        "regrowth_s": regrowth_s,
+        "regrowth_updates": regrowth_updates,
     }

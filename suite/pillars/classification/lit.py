@@ -4,8 +4,11 @@ handed to methods, the method base class and the FLOPs callback."""
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
@@ -58,11 +61,48 @@ class MaskMethod(pl.Callback):
 
     Params: type
 
+    #: Whether the method changes its masks during training (drop/grow, prune/regrow,
+    #: compress/decompress). Such a method times each of its mask updates with
+    #: :meth:`timed_update` (or :meth:`record_update`), and its records carry the sum and the
+    #: count (``regrowth_s``, ``regrowth_updates``); for the others (dense, static, the pruning
+    #: methods) both stay null.
+    updates_masks: ClassVar[bool] = False
+
     def __init__(self, params: Any, sparsity: float, ctx: RunContext):
         self.params = params
         self.sparsity = float(sparsity)
         self.density = 1.0 - self.sparsity
         self.ctx = ctx
+        self.update_seconds: list[float] = []
+
+    def record_update(self, seconds: float) -> None:
+        """Count one mask update that took ``seconds`` of wall-clock."""
+        self.update_seconds.append(float(seconds))
+
+    @contextmanager
+    def timed_update(self, store: MaskStore | None = None) -> Iterator[None]:
+        """Time the enclosed block as one mask update (:meth:`record_update`). With ``store``
+        on a GPU, CUDA work is synchronised before and after so that the time is the
+        update's. Keep FLOPs bookkeeping and logging out of the block: the time is the
+        update's own (choosing what to drop and grow, installing the masks and initial
+        values)."""
+        cuda = store is not None and any(w.is_cuda for w in store.model.parameters())
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if cuda:
+                torch.cuda.synchronize()
+            self.record_update(time.perf_counter() - t0)
+
+    def update_timing(self) -> tuple[float | None, int | None]:
+        """(total seconds, number) of the mask updates so far; (None, None) for a method that
+        never updates its masks (``updates_masks`` false)."""
+        if not self.updates_masks:
+            return None, None
+        return float(sum(self.update_seconds)), len(self.update_seconds)
 
     @classmethod
     def check_budget(cls, params: Any, total_steps: int) -> None:

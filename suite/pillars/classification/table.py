@@ -45,6 +45,12 @@ COLUMNS: dict[str, type] = {
     # not apply (LayerNorm/attention models). Below 1: part of the network is disconnected.
     "reachable_outputs_init": float,
     "reachable_outputs": float,
+    # Wall-clock seconds spent in the method's mask updates over the whole run (choosing what
+    # to drop and grow and installing the new masks and initial values; FLOPs bookkeeping
+    # excluded; MaskMethod.timed_update), and how many updates there were. Null for methods
+    # that never change their masks during training (dense, static, the pruning methods).
+    "regrowth_s": float,
+    "regrowth_updates": int,
 }
 
 # Columns a failed/diverged record must leave null (it never got that far); set on ok records.
@@ -63,6 +69,8 @@ FAILED_NULL_COLUMNS: tuple[str, ...] = (
     "train_wall_s",
     "infer_ms",
     "trained_density",
+    "regrowth_s",
+    "regrowth_updates",
 )
 
 FINITE_COLUMNS: tuple[str, ...] = (
@@ -119,6 +127,8 @@ class ClassificationSchema(CommonSchema):
     trained_density: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     reachable_outputs_init: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     reachable_outputs: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    regrowth_s: float = pa.Field(ge=0.0, nullable=True)
+    regrowth_updates: int = pa.Field(ge=0, nullable=True)
 
     class Config:
         strict = False

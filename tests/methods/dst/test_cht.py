@@ -250,3 +250,11 @@ def test_bad_params_are_refused():
         build_params("cht", {"zeta": 0.0})
     with pytest.raises(RegistryError, match="early_stop_threshold"):
         build_params("cht", {"early_stop_threshold": 1.5})
+
+
+def test_every_update_is_timed_and_counted(tiny_fit):
+    _, m = tiny_fit("cht", 0.8, {"early_stop": False}, epochs=3)
+    seconds, count = m.update_timing()
+    assert count == 2 == len(m.regrowth_seconds)  # after epochs 1 and 2, not the last
+    # The whole update (removal + regrowth) takes at least its regrowth part.
+    assert seconds >= m.regrowth_seconds_total >= 0.0

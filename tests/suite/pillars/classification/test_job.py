@@ -109,3 +109,37 @@ def test_atomic_write_keeps_the_old_record_when_writing_fails(tmp_path):
         write_json_atomic(path, {"status": object()})
     assert json.loads(path.read_text()) == {"status": "ok"}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+def test_records_carry_the_mask_update_wall_clock(tmp_path):
+    """regrowth_s / regrowth_updates: the seconds and the number of the method's mask updates
+    (as its schedule says), null for a method that never updates its masks."""
+    spec = validate(
+        {
+            "benchmark": "t",
+            "data_root": str(tmp_path / "data"),
+            "infer": {"batch_size": 8, "repeats": 2},
+            "tasks": {
+                "d": {
+                    "dataset": "digits",
+                    "model": "lenet300_100",
+                    "recipe": {"epochs": 3, "batch_size": 64, "lr": 0.05},
+                }
+            },
+            "methods": {"cht": {"early_stop": False}, "rigl": {"update_interval": 5}, "static": {}},
+            "sparsities": [0.9],
+            "seeds": [0],
+        },
+        source="test.yaml",
+    )
+    cells = PILLAR.cells(spec)
+    recs = {r["method"]: r for r in run_batch(spec, PILLAR, cells, root=tmp_path)}
+    assert all(r["status"] == "ok" for r in recs.values()), [r["error"] for r in recs.values()]
+    cht, rigl, static = recs["cht"], recs["rigl"], recs["static"]
+    # CHT evolves at the end of every epoch but the last: epochs 1 and 2 of 3.
+    assert cht["regrowth_updates"] == 2
+    assert isinstance(cht["regrowth_s"], float) and 0.0 <= cht["regrowth_s"] < cht["train_wall_s"]
+    # RigL: iterations 0, 5, 10, ... < T_end = int(0.75 * steps).
+    assert rigl["regrowth_updates"] == len(range(0, int(0.75 * rigl["steps"]), 5))
+    assert rigl["regrowth_s"] >= 0.0
+    assert static["regrowth_s"] is None and static["regrowth_updates"] is None
