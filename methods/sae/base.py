@@ -96,6 +96,23 @@ class SparseAutoencoder(nn.Module):
         """Adam's learning rate (default: ``params.lr``)."""
         return float(self.params.lr)
 
+    def threshold_parameters(self) -> list[nn.Parameter]:
+        """Learned thresholds that train at ``params.threshold_lr_scale`` × the lr (default
+        none: one lr for every parameter)."""
+        return []
+
+    def param_groups(self, lr: float) -> list[dict[str, Any]]:
+        """Adam's parameter groups at base lr ``lr``: the thresholds of
+        :meth:`threshold_parameters` at ``lr · params.threshold_lr_scale``, the rest at lr."""
+        thresholds = self.threshold_parameters()
+        ids = {id(t) for t in thresholds}
+        rest = [q for q in self.parameters() if id(q) not in ids]
+        groups: list[dict[str, Any]] = [{"params": rest, "lr": lr}]
+        if thresholds:
+            scale = float(self.params.threshold_lr_scale)
+            groups.append({"params": thresholds, "lr": lr * scale})
+        return groups
+
     def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
         """(x − b_dec) W_enc + b_enc, shape (n, m)."""
         return (x - self.b_dec) @ self.W_enc + self.b_enc

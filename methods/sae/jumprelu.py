@@ -67,7 +67,10 @@ class JumpReLU(SparseAutoencoder):
     at E‖x‖₂ = √d with unit decoder rows, where 0.001 leaves about 0.3 tokens per latent and
     batch inside the kernel and θ does not move; λ = 1 on the raw L0 with a 10 % warm-up (the
     paper sweeps λ for its L0 range; the board sweeps it too); ReLU before the jump (so θ acts
-    on positive pre-activations, as the reference trainers do).
+    on positive pre-activations, as the reference trainers do). ``threshold_lr_scale``
+    (default 1: one lr, as the paper) trains θ at that multiple of the lr: with Adam a
+    threshold moves by about lr per step whatever λ is, so a short run needs a larger scale
+    for λ to set L0 (``sae.yaml`` uses 10 at 800 steps, ours).
 
     Source: Rajamanoharan, Lieberum, Sonnerat, Conmy, Varma, Kramár, Nanda, "Jumping Ahead:
     Improving Reconstruction Fidelity with JumpReLU Sparse Autoencoders", 2024, Sec. 3-4
@@ -81,15 +84,23 @@ class JumpReLU(SparseAutoencoder):
         bandwidth: float = 0.05  # ε (ours, see above; the paper's 0.001)
         threshold_init: float = 0.05  # (ours; the paper's 0.001)
         lr: float = 7e-5
+        threshold_lr_scale: float = 1.0  # θ's lr ÷ the lr (1: one lr, the paper's)
 
         def validate(self) -> None:
-            check_params(self, ("bandwidth", "threshold_init", "lr"), ("sparsity_coeff",))
+            check_params(
+                self,
+                ("bandwidth", "threshold_init", "lr", "threshold_lr_scale"),
+                ("sparsity_coeff",),
+            )
 
     adam_betas = (0.0, 0.999)
 
     def __init__(self, d_in: int, width: int, params, seed: int = 0):
         super().__init__(d_in, width, params, seed)
         self.threshold = torch.nn.Parameter(torch.full((width,), float(params.threshold_init)))
+
+    def threshold_parameters(self) -> list[torch.nn.Parameter]:
+        return [self.threshold]
 
     def theta(self) -> torch.Tensor:
         """The thresholds θ, (m,), kept positive."""

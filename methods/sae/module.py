@@ -94,7 +94,7 @@ class SAEModule(pl.LightningModule):
     def configure_optimizers(self):
         betas = getattr(self.sae, "adam_betas", (0.9, 0.999))
         lr = self.cfg.lr if self.cfg.lr is not None else self.sae.learning_rate()
-        opt = torch.optim.Adam(self.sae.parameters(), lr=lr, betas=betas)
+        opt = torch.optim.Adam(self.sae.param_groups(lr), lr=lr, betas=betas)
         total = self.cfg.steps
         start = math.floor((1 - LR_DECAY_FRAC) * total)
 

@@ -73,7 +73,8 @@ class SignAwareGated(SparseAutoencoder):
     Defaults (ours, following the Gated and JumpReLU SAEs' where they apply): λ = 1 with a
     10 % warm-up, ε = 0.05 and θ± initialised at 0.05 (JumpReLU's, scaled to our inputs: see
     jumprelu.py), Adam lr 5e-5 with β = (0, 0.999), unit-norm decoder rows.
-    L0 counts negative activations (``signed = True``).
+    L0 counts negative activations (``signed = True``). ``threshold_lr_scale`` (default 1)
+    trains θ± at that multiple of the lr, as JumpReLU's (ours, for short runs).
 
     Source: the 2026 seed paper, arXiv 2605.28149 (what is known of it: a sign-aware gated SAE
     with a Bi-Jump-ReLU, a polarity-sensitive gate, a signed-magnitude path and an auxiliary
@@ -95,9 +96,14 @@ class SignAwareGated(SparseAutoencoder):
         threshold_init: float = 0.05
         magnitude: Literal["symmetric", "asymmetric"] = "symmetric"
         lr: float = 5e-5
+        threshold_lr_scale: float = 1.0  # θ±'s lr ÷ the lr (1: one lr)
 
         def validate(self) -> None:
-            check_params(self, ("bandwidth", "threshold_init", "lr"), ("sparsity_coeff",))
+            check_params(
+                self,
+                ("bandwidth", "threshold_init", "lr", "threshold_lr_scale"),
+                ("sparsity_coeff",),
+            )
             if self.magnitude not in ("symmetric", "asymmetric"):
                 raise ValueError(
                     f"magnitude must be symmetric or asymmetric, got {self.magnitude!r}"
@@ -113,6 +119,9 @@ class SignAwareGated(SparseAutoencoder):
         if params.magnitude == "asymmetric":
             self.r_neg = torch.nn.Parameter(torch.zeros(width))
             self.b_neg = torch.nn.Parameter(torch.zeros(width))
+
+    def threshold_parameters(self) -> list[torch.nn.Parameter]:
+        return [self.theta_pos, self.theta_neg]
 
     def _parts(self, x: torch.Tensor):
         xt = x - self.b_dec

@@ -19,7 +19,13 @@ MEANS = (
     "probe_acc_k1", "probe_acc_k2", "probe_acc_k5",
     "mcc", "recovery_rate", "bipolar_fraction", "shrinkage",
 )  # fmt: skip
-MATCHED = ("fvu", "loss_recovered", "dead_fraction", "mcc")
+MATCHED_NAMES = {
+    "fvu": "FVU",
+    "loss_recovered": "loss recovered",
+    "dead_fraction": "dead fraction",
+    "mcc": "MCC",
+}
+MATCHED = tuple(MATCHED_NAMES)
 TARGET_L0 = (4.0, 8.0, 16.0)
 
 
@@ -105,14 +111,19 @@ def markdown(board: pl.DataFrame, matched: pl.DataFrame, runs: pl.DataFrame) -> 
                     "At matched L0 (interpolated in log L0; empty: the sweep does not reach it):",
                     "",
                 ]
-                for metric, name in (("fvu", "FVU"), ("loss_recovered", "loss recovered")):
+                for metric, name in MATCHED_NAMES.items():
                     if m[metric].is_null().all():
                         continue
                     wide = m.pivot(on="target_l0", index="method", values=metric)
-                    wide = wide.rename(
-                        {c: f"{name} @ L0={float(c):g}" for c in wide.columns if c != "method"}
-                    )
-                    lines += md_table(wide.with_columns(pl.exclude("method").round(4))) + [""]
+                    targets = [c for c in wide.columns if c != "method"]
+                    wide = wide.with_columns(pl.col(targets).round(4))
+                    if metric == "fvu":  # the ranking that compares like with like
+                        wide = wide.with_columns(
+                            pl.col(c).rank("min").cast(pl.Int64).alias(f"rank @ L0={float(c):g}")
+                            for c in targets
+                        )
+                    wide = wide.rename({c: f"{name} @ L0={float(c):g}" for c in targets})
+                    lines += md_table(wide) + [""]
     lines += failed_lines(runs)
     return "\n".join(lines)
 
@@ -181,7 +192,10 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path, targets=TARGET_L0) -> d
             board, p, "dead_fraction", "dead fraction", False
         ),
     }
-    return write_board_files(out_dir, markdown(board, matched, runs), board, plots=plots)
+    json_data = {"leaderboard": board.to_dicts(), "matched_l0": matched.to_dicts()}
+    return write_board_files(
+        out_dir, markdown(board, matched, runs), board, json_data=json_data, plots=plots
+    )
 
 
 def summary(runs: pl.DataFrame, top: int = 3) -> str:

@@ -110,3 +110,24 @@ def test_bad_activations_are_refused():
         train_sae(sae, torch.zeros(10, 5), TrainConfig(steps=1))
     with pytest.raises(ValueError, match="all zero"):
         input_scale(torch.zeros(3, 4))
+
+
+@pytest.mark.parametrize("name", ["jumprelu", "sign_aware_gated"])
+def test_thresholds_train_at_their_own_lr_scale(name):
+    info = registry.get_method(name, ("sae",))
+    sae = info.cls(8, 16, info.params_cls(threshold_lr_scale=10.0), seed=0)
+    base, thresholds = sae.param_groups(1e-3)
+    assert base["lr"] == 1e-3 and thresholds["lr"] == pytest.approx(1e-2)
+    ids = {id(p) for p in thresholds["params"]}
+    assert ids == {id(p) for p in sae.threshold_parameters()} and len(ids) >= 1
+    # every parameter in exactly one group
+    assert len(ids) + len(base["params"]) == len(list(sae.parameters()))
+    assert not ids & {id(p) for p in base["params"]}
+    with pytest.raises(ValueError, match="threshold_lr_scale must be > 0"):
+        info.params_cls(threshold_lr_scale=0.0).validate()
+
+
+def test_an_sae_without_thresholds_has_one_group():
+    sae = TopK(8, 16, TopK.Params(k=2), seed=0)
+    [group] = sae.param_groups(1e-3)
+    assert group["lr"] == 1e-3 and len(group["params"]) == len(list(sae.parameters()))

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 import torch
 
 from sparsebench.suite.pillar import get_pillar
-from sparsebench.suite.pillars.sae.board import _interp, leaderboard, matched_l0
+from sparsebench.suite.pillars.sae.board import (
+    _interp,
+    leaderboard,
+    matched_l0,
+    write_leaderboard,
+)
 from sparsebench.suite.pillars.sae.job import evaluate
 from sparsebench.suite.pillars.sae.sources import Activations, load
 from sparsebench.suite.spec import SpecError, validate
@@ -114,6 +121,36 @@ def test_evaluate_a_perfect_dictionary_sae_by_hand():
     assert out["mcc"] == pytest.approx(1.0) and out["recovery_rate"] == 1.0
     assert out["l0"] == pytest.approx(float((codes != 0).sum(1).double().mean()))
     assert out["bipolar_fraction"] > 0  # the two bipolar features fire with both signs
+
+
+def _two_sweeps() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "status": ["ok"] * 4, "activations": ["s"] * 4, "hookpoint": [""] * 4,
+            "width": [32] * 4,
+            "method": ["topk", "topk", "relu_l1", "relu_l1"],
+            "setting": ["k=4", "k=16", "a", "b"], "seed": [0] * 4,
+            "fvu": [0.4, 0.2, 0.5, 0.3], "l0": [4.0, 16.0, 2.0, 8.0],
+            "dead_fraction": [0.1, 0.3, 0.0, 0.2], "mcc": [0.5, 0.7, 0.4, 0.6],
+            **{c: [0.0] * 4 for c in ("recovery_rate", "bipolar_fraction",
+                                      "shrinkage", "train_flops", "train_s", "loss_recovered",
+                                      "kl_recovered", "probe_acc_k1", "probe_acc_k2",
+                                      "probe_acc_k5")},
+        }
+    )  # fmt: skip
+
+
+def test_board_compares_fvu_dead_fraction_and_mcc_at_matched_l0(tmp_path):
+    files = write_leaderboard(_two_sweeps(), tmp_path, targets=(8.0,))
+    md = files["md"].read_text()
+    for header in ("FVU @ L0=8", "rank @ L0=8", "dead fraction @ L0=8", "MCC @ L0=8"):
+        assert header in md
+    # topk at L0 = 8: halfway in log L0 between k=4 and k=16
+    assert "| topk | 0.3 | 1 |" in md and "| topk | 0.2 |" in md and "| topk | 0.6 |" in md
+    data = json.loads(files["json"].read_text())
+    matched = {r["method"]: r for r in data["matched_l0"]}
+    assert matched["relu_l1"]["dead_fraction"] == pytest.approx(0.2)
+    assert matched["topk"]["mcc"] == pytest.approx(0.6) and len(data["leaderboard"]) == 4
 
 
 def test_matched_l0_interpolates_in_log_l0_and_never_extrapolates():
