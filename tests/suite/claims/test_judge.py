@@ -160,3 +160,36 @@ def test_exponent_of_a_power_law(claim):
     v = verdict(c, runs)
     assert v.verdict == "holds" and v.estimate == pytest.approx(2.0)
     assert verdict(claim({**c.test, "bound": 1.5}), runs).verdict == "fails"
+
+
+def test_ratio_ranking_and_exponent_are_inconclusive_inside_noise(claim):
+    # ratio with seed noise (delta-method interval): 1.125 on average, but the interval of
+    # the ratio straddles the threshold 1.1
+    noisy = table(rows("rigl", [0.95, 0.85, 0.90], 0.9), rows("static", [0.85, 0.75, 0.80], 0.9))
+    c = claim({"kind": "ratio", "a": RIGL, "b": {"method": "static"}, "op": ">",
+               "threshold": 1.1})  # fmt: skip
+    v = verdict(c, noisy)
+    assert v.verdict == "inconclusive" and v.estimate == pytest.approx(1.125)
+    assert v.low < 1.1 < v.high
+    clear = table(rows("rigl", [0.90, 0.901, 0.899]), rows("static", [0.70, 0.701, 0.699]))
+    assert verdict(c, clear).verdict == "holds"
+    # ranking: one neighbouring pair inside the noise makes the whole ranking inconclusive
+    r = claim({"kind": "ranking", "order": [RIGL, SET, {"method": "static"}]})
+    close = table(rows("rigl", [0.95, 0.951, 0.952]), rows("set", [0.92, 0.90, 0.94]),
+                  rows("static", [0.91, 0.93, 0.915]))  # fmt: skip
+    v = verdict(r, close)
+    assert v.verdict == "inconclusive" and [p["verdict"] for p in v.pairs][1] == "inconclusive"
+    # exponent: a noisy power law whose slope interval straddles the bound
+    pts = [(0.5, [0.2, 0.35]), (0.7, [0.6, 0.35]), (0.9, [0.6, 1.0])]
+    e = claim({"kind": "exponent", "a": {"method": "static"}, "along": "target_sparsity",
+               "op": "<", "bound": 2.0})  # fmt: skip
+    v = verdict(e, table(*(rows("static", vals, x) for x, vals in pts)))
+    assert v.verdict == "inconclusive" and v.low < 2.0 < v.high
+
+
+def test_a_diverged_cell_is_inconclusive_not_holds(claim):
+    c = claim({"kind": "order", "a": RIGL, "b": SET, "op": ">"})
+    diverged = rows("rigl", [0.99, 0.99, None])
+    diverged[-1]["status"] = "diverged"
+    v = verdict(c, table(diverged, rows("set", [0.90, 0.905, 0.91])))
+    assert v.verdict == "inconclusive" and "diverged" in v.reason
