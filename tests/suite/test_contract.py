@@ -18,7 +18,7 @@ from sparsebench.suite import paths, registry
 from sparsebench.suite.job import build_artefact, run_batch
 from sparsebench.suite.pillar import all_pillars, pillar_of_family
 from sparsebench.suite.record import COMMON_COLUMNS
-from sparsebench.suite.schemas import CommonSchema
+from sparsebench.suite.schemas import CommonSchema, TableError
 from sparsebench.suite.spec import load, validate
 from sparsebench.suite.tables import aggregate
 
@@ -96,6 +96,16 @@ def test_pillar_tiny_spec_runs_records_validate_and_board_is_written(name, tmp_p
         assert f.is_file(), f
     assert set(files.values()) <= set(folder.iterdir())
     assert isinstance(p.summary(runs), str)
+    # a bad record is refused naming its file, the row and the column, whatever the pillar
+    bad = paths.find_records(folder)[0]
+    rec = json.loads(bad.read_text())
+    rec["status"] = "bogus"
+    bad.write_text(json.dumps(rec))
+    with pytest.raises(TableError) as info:
+        aggregate(p, paths.find_records(folder), folder / "runs.parquet")
+    message = str(info.value)
+    assert "status" in message and "bogus" in message and bad.parent.name in message, message
+    assert info.value.rows, "the offending rows are named"
 
 
 @pytest.mark.parametrize("family_and_name", METHODS, ids=lambda m: f"{m[0]}/{m[1]}")
