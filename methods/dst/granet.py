@@ -180,15 +180,20 @@ class GraNet(Static):
                 f"update_fraction or train longer"
             )
 
+    @classmethod
+    def check_sparsity(cls, params: Params, sparsity: float) -> None:
+        density = 1.0 - float(sparsity)
+        if density > params.initial_density:
+            raise ValueError(
+                f"granet: target density {density:.4g} (sparsity {sparsity:.4g}) is "
+                f"above initial_density = {params.initial_density}; GraNet only prunes, "
+                f"so raise initial_density (1.0 = dense start) or the target sparsity"
+            )
+
     # -- hooks ---------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module) -> None:
         self.check_budget(self.params, self.ctx.total_steps)
-        if self.density > self.params.initial_density:
-            raise ValueError(
-                f"granet: target density {self.density:.4g} (sparsity {self.sparsity:.4g}) is "
-                f"above initial_density = {self.params.initial_density}; GraNet only prunes, "
-                f"so raise initial_density (1.0 = dense start) or the target sparsity"
-            )
+        self.check_sparsity(self.params, self.sparsity)
         store = pl_module.masks
         densities = layer_densities(
             store.shapes,

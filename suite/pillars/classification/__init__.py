@@ -319,6 +319,9 @@ def _preflight(spec: Spec) -> None:
                     else:
                         cls.check_budget(setting.params, total_steps)
                     cls.check_model(setting.params, layers)
+                    if registry.get_method(method, FAMILIES).sparse:
+                        for sparsity in data["sparsities"]:
+                            cls.check_sparsity(setting.params, sparsity)
                 except ValueError as e:
                     raise SpecError(
                         f"{src}: methods.{method} (setting {setting.label}) on tasks.{name}: {e}"

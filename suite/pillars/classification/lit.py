@@ -111,6 +111,12 @@ class MaskMethod(pl.Callback):
         again when the job starts. The default accepts any budget."""
 
     @classmethod
+    def check_sparsity(cls, params: Any, sparsity: float) -> None:
+        """Raise ValueError if the method cannot reach ``sparsity`` with ``params`` (e.g. a
+        pruning-only method whose start is already sparser). Called by spec validation for
+        every sparsity of the spec and again when the job starts. The default accepts any."""
+
+    @classmethod
     def check_model(cls, params: Any, layers: dict[str, nn.Module]) -> None:
         """Raise ValueError if the method cannot act on a model with these prunable ``layers``
         (name -> ``nn.Linear``/``nn.Conv2d``, in definition order), e.g. a CNN-only method on

@@ -78,3 +78,13 @@ def test_a_method_typo_is_named_before_a_task_list_mentions_it(tmp_path):
     data["tasks"]["mlp"]["methods"] = ["dense", "rigl"]
     with pytest.raises(SpecError, match=r"methods.rgil: unknown method 'rgil'"):
         _load(tmp_path, data)
+
+
+def test_granet_target_denser_than_its_start_is_refused_at_validation(tmp_path):
+    data = _digits_cnn(copy.deepcopy(BASE))
+    data["methods"] = {"granet": {}}  # initial_density 0.5: it only prunes from there
+    data["sparsities"] = [0.3, 0.9]
+    with pytest.raises(SpecError, match=r"methods.granet .*sparsity 0.3.* initial_density = 0.5"):
+        _load(tmp_path, data)
+    data["sparsities"] = [0.9]
+    assert _load(tmp_path, data)
