@@ -105,13 +105,13 @@ class SparseAutoencoder(nn.Module):
         """Adam's parameter groups at base lr ``lr``: the thresholds of
         :meth:`threshold_parameters` at ``lr · params.threshold_lr_scale``, the rest at lr."""
         thresholds = self.threshold_parameters()
+        if not thresholds or float(self.params.threshold_lr_scale) == 1.0:
+            # one group, in the module's parameter order: bit for bit the one-lr optimizer
+            return [{"params": list(self.parameters()), "lr": lr}]
         ids = {id(t) for t in thresholds}
         rest = [q for q in self.parameters() if id(q) not in ids]
-        groups: list[dict[str, Any]] = [{"params": rest, "lr": lr}]
-        if thresholds:
-            scale = float(self.params.threshold_lr_scale)
-            groups.append({"params": thresholds, "lr": lr * scale})
-        return groups
+        scale = float(self.params.threshold_lr_scale)
+        return [{"params": rest, "lr": lr}, {"params": thresholds, "lr": lr * scale}]
 
     def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
         """(x − b_dec) W_enc + b_enc, shape (n, m)."""

@@ -123,6 +123,8 @@ def test_thresholds_train_at_their_own_lr_scale(name):
     # every parameter in exactly one group
     assert len(ids) + len(base["params"]) == len(list(sae.parameters()))
     assert not ids & {id(p) for p in base["params"]}
+    [one] = info.cls(8, 16, info.params_cls(), seed=0).param_groups(1e-3)  # scale 1: one group
+    assert one["lr"] == 1e-3 and len(one["params"]) == len(list(sae.parameters()))
     with pytest.raises(ValueError, match="threshold_lr_scale must be > 0"):
         info.params_cls(threshold_lr_scale=0.0).validate()
 
