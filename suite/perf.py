@@ -73,16 +73,23 @@ def tables(source: Path, n: int, keep: bool = False) -> dict[str, float]:
 def overhead(bench: Path, wall_s: float, cores: int, since: float = 0.0) -> dict[str, float]:
     """Snakemake wall-clock against the run's own work in core-seconds / cores: every pillar's
     records that started at or after ``since`` (Unix seconds: the run's own cells) and the
-    artefacts (``build.json`` under the artefact root) that finished after it (the models
-    this run trained; a cached artefact is not this run's work)."""
+    artefacts of the benchmark's pillars (``build.json`` under the artefact root, which every
+    benchmark shares) that finished between ``since`` and ``since + wall_s`` (the models this
+    run trained; a cached artefact, or one another run built meanwhile, is not this run's
+    work). Without ``since`` every record and artefact of those pillars counts."""
     from datetime import datetime
 
     def after(stamp: str | None) -> bool:
         return not stamp or datetime.fromisoformat(stamp).timestamp() >= since - 1
 
+    def during(stamp: str) -> bool:
+        t = datetime.fromisoformat(stamp).timestamp()
+        return since - 1 <= t <= (since + wall_s + 1 if since else float("inf"))
+
     cell_core_s = 0.0
     cells = 0
-    for folder in paths.pillar_folders(bench).values():
+    folders = paths.pillar_folders(bench)
+    for folder in folders.values():
         for p in paths.find_records(folder):
             rec = json.loads(p.read_text())
             if after(rec.get("started_at")) and rec.get("cell_s") is not None:
@@ -92,7 +99,11 @@ def overhead(bench: Path, wall_s: float, cores: int, since: float = 0.0) -> dict
     artefacts = 0
     for p in paths.find_artefact_build_infos():
         info = json.loads(p.read_text())
-        if info.get("finished_at") and after(info["finished_at"]):
+        if (
+            info.get("pillar") in folders
+            and info.get("finished_at")
+            and during(info["finished_at"])
+        ):
             artefact_core_s += info["build_s"] * (info.get("threads") or 1)
             artefacts += 1
     ideal = (cell_core_s + artefact_core_s) / cores

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 
 from sparsebench.suite import paths, perf
 from sparsebench.suite.record import write_json_atomic
@@ -21,16 +22,26 @@ def test_overhead_counts_cells_and_this_runs_artefacts(tmp_path, monkeypatch):
     bench = tmp_path / "bench"
     since = time.time()
     old, new = "2000-01-01T00:00:00+00:00", "2100-01-01T00:00:00+00:00"
+    now = datetime.fromtimestamp(since + 10, UTC).isoformat(timespec="seconds")
     _record(bench, "toy", "a", 10.0, 1, new)
     _record(bench, "toy", "b", 5.0, 2, new)
     _record(bench, "toy", "c", 99.0, 1, old)  # an earlier run's cell
     write_json_atomic(
-        paths.artefact_build_info("toy", "model/s0"),
-        {"build_s": 20.0, "threads": 1, "finished_at": new},
+        paths.artefact_build_info("toy", "model/s0"),  # built during the run
+        {"pillar": "toy", "build_s": 20.0, "threads": 1, "finished_at": now},
     )
     write_json_atomic(
         paths.artefact_build_info("toy", "model/s1"),  # cached: built by an earlier run
-        {"build_s": 500.0, "threads": 1, "finished_at": old},
+        {"pillar": "toy", "build_s": 500.0, "threads": 1, "finished_at": old},
+    )
+    write_json_atomic(
+        paths.artefact_build_info("other", "model/s0"),  # a pillar this benchmark lacks
+        {"pillar": "other", "build_s": 300.0, "threads": 1, "finished_at": now},
+    )
+    later = datetime.fromtimestamp(since + 100, UTC).isoformat(timespec="seconds")
+    write_json_atomic(
+        paths.artefact_build_info("toy", "model/s2"),  # built by another run after this one
+        {"pillar": "toy", "build_s": 40.0, "threads": 1, "finished_at": later},
     )
     out = perf.overhead(bench, wall_s=30.0, cores=2, since=since)
     assert (out["cells"], out["cell_core_s"]) == (2, 20.0)

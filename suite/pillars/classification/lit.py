@@ -61,11 +61,12 @@ class MaskMethod(pl.Callback):
 
     Params: type
 
-    #: Whether the method changes its masks during training (drop/grow, prune/regrow,
+    #: Whether the method regrows connections during training (drop/grow, prune/regrow,
     #: compress/decompress). Such a method times each of its mask updates with
     #: :meth:`timed_update` (or :meth:`record_update`), and its records carry the sum and the
-    #: count (``regrowth_s``, ``regrowth_updates``); for the others (dense, static, the pruning
-    #: methods) both stay null.
+    #: count (``regrowth_s``, ``regrowth_updates``); for the others both stay null: dense,
+    #: static, and the pruning methods (GMP prunes during training but never regrows: its
+    #: magnitude top-k steps are not the cost these columns compare).
     updates_masks: ClassVar[bool] = False
 
     def __init__(self, params: Any, sparsity: float, ctx: RunContext):
