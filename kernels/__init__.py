@@ -13,8 +13,8 @@ Public API:
   ``semi_structured`` (2:4 on sparse tensor cores).
 """
 
+from . import backends
 from .backends import (
-    BACKENDS,
     Backend,
     BackendUnavailableError,
     available_backends,
@@ -23,6 +23,13 @@ from .backends import (
 from .backends.semi_structured import check_two_four
 from .pattern import SparsityPattern
 from .sparse_linear import SparseLinear, convert_model, sparse_linear
+
+
+def __getattr__(name: str):
+    if name == "BACKENDS":  # the registry's backends, built on first use
+        return backends.BACKENDS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BACKENDS",

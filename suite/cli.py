@@ -258,9 +258,9 @@ def _cmd_methods(args: argparse.Namespace) -> int:
                 f"{', '.join(pillars)}; families: {', '.join(sorted(known))}"
             )
     for info in registry.all_methods().values():
-        if families and info.pillar not in families:
+        if families and info.family not in families:
             continue
-        print(f"{info.name}  [{info.pillar}]")
+        print(f"{info.name}  [{info.family}]")
         if info.source:
             print(f"    source: {info.source}")
         hints = typing.get_type_hints(info.params_cls)

@@ -154,9 +154,10 @@ class Pillar:
     Class attributes:
         name: registry name and results folder.
         title: a few words for boards and listings.
-        families: method-registry pillar names whose methods this pillar runs (default:
-            ``(name,)``); one pillar may serve several families.
-        method_modules: modules whose ``@register`` calls define the built-in methods.
+        families: the method families this pillar runs (default: ``(name,)``); one pillar may
+            run several families.
+        method_packages: family -> the package holding its methods, where it is not
+            ``sparsebench.methods.<family>`` (the registry discovers the modules in it).
         spec_keys: top-level spec keys this pillar owns; a spec with any of them has cells
             of this pillar.
         columns: record column -> python type (str, int, float, bool) of the pillar's own
@@ -173,7 +174,7 @@ class Pillar:
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""
     families: ClassVar[tuple[str, ...]] = ()
-    method_modules: ClassVar[tuple[str, ...]] = ()
+    method_packages: ClassVar[dict[str, str]] = {}
     spec_keys: ClassVar[tuple[str, ...]] = ()
     columns: ClassVar[dict[str, type]] = {}
     row_key: ClassVar[tuple[str, ...]] = ()
@@ -184,6 +185,10 @@ class Pillar:
     extra_method_names: ClassVar[tuple[str, ...]] = ()
     plots: ClassVar[tuple[Plot, ...]] = ()
     batch_max: ClassVar[int] = 0
+
+    def method_package(self, family: str) -> str:
+        """The package whose modules register ``family``'s built-in methods."""
+        return self.method_packages.get(family, f"sparsebench.methods.{family}")
 
     # ------------------------------------------------------------------ spec
     def schema(self) -> dict[str, Any]:

@@ -1,12 +1,16 @@
 """Method registry: every method is a class with a typed ``Params`` dataclass, found by name.
 
-``@register("rigl", pillar="dst")`` on a class makes it available to specs as
-``methods: {rigl: ...}``. ``pillar`` is the method family a pillar serves (see
-:attr:`sparsebench.suite.pillar.Pillar.families`: the classification pillar serves ``dst`` and
-``pruning``); names are unique within a family. Built-in method modules are listed by their
-pillar (``Pillar.method_modules``); third-party packages add methods through the
-``sparsebench.methods`` entry-point group (each entry point names a module that is imported)
-or ``$SPARSEBENCH_PLUGINS``.
+``@register("rigl", family="dst")`` on a :class:`~sparsebench.suite.method.Method` subclass makes
+it available to specs as ``methods: {rigl: ...}``. A family is a set of methods one pillar runs
+(:attr:`sparsebench.suite.pillar.Pillar.families`: the classification pillar runs ``dst`` and
+``pruning``); names are unique within a family.
+
+One registration convention: a family's methods live in one package
+(``sparsebench.methods.<family>`` unless the pillar's ``method_packages`` says otherwise), and
+:func:`discover` imports every module of it that registers a method, in file-name order (the
+listings sort methods by name). Nothing lists the modules. Third-party methods come through the
+``sparsebench.methods`` entry-point group (each entry point names a module that is imported) or
+``$SPARSEBENCH_PLUGINS`` (comma-separated module names).
 """
 
 from __future__ import annotations
@@ -14,14 +18,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import importlib.util
 import json
+import pkgutil
 import re
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
+
+from sparsebench.suite.method import Method, NoParams
+
+__all__ = ["Method", "MethodInfo", "NoParams", "RegistryError", "register"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -32,10 +43,10 @@ class RegistryError(ValueError):
 
 @dataclass(frozen=True)
 class MethodInfo:
-    """A registered method: its name, family (``pillar``), class and parameter dataclass."""
+    """A registered method: its name, family, class and parameter dataclass."""
 
     name: str
-    pillar: str  # the method family a pillar serves (Pillar.families)
+    family: str  # the method family a pillar runs (Pillar.families)
     cls: type
     params_cls: type
     source: str  # the paper the method follows, taken from the class docstring's "Source:" line
@@ -50,39 +61,43 @@ _loaded = False
 _imported: set[str] = set()
 
 
-def register(name: str, pillar: str, sparse: bool = True):
-    """Class decorator: register a method under ``name`` in the method family ``pillar``.
+def register(name: str, family: str, sparse: bool = True):
+    """Class decorator: register a :class:`Method` subclass under ``name`` in ``family``.
 
     The class must define a nested ``Params`` dataclass whose fields all have defaults (the
     published defaults of the method). Raises ``RegistryError`` on a duplicate name in the
-    family, a name that is not snake_case or a ``Params`` that is not a dataclass.
+    family, a name that is not snake_case, a class that is not a :class:`Method` or a
+    ``Params`` that is not a dataclass.
     """
-    for what, value in (("method", name), ("family", pillar)):
+    for what, value in (("method", name), ("family", family)):
         if not _NAME.match(value):
             raise RegistryError(f"{what} name {value!r} must be snake_case ([a-z][a-z0-9_]*)")
 
     def deco(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, Method)):
+            raise RegistryError(
+                f"method {name!r}: {cls!r} must be a class deriving from its family's base "
+                "(sparsebench.suite.method.Method)"
+            )
         params_cls = getattr(cls, "Params", None)
         if params_cls is None or not dataclasses.is_dataclass(params_cls):
             raise RegistryError(f"method {name!r}: class {cls.__name__} needs a Params dataclass")
         for f in dataclasses.fields(params_cls):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise RegistryError(f"method {name!r}: parameter {f.name!r} needs a default")
-        old = _REGISTRY.get((pillar, name))
+        if not isinstance(cls.test_params, Mapping):
+            raise RegistryError(f"method {name!r}: test_params must be a mapping of parameters")
+        old = _REGISTRY.get((family, name))
         if old is not None and old.cls.__qualname__ != cls.__qualname__:
-            raise RegistryError(f"method {name!r} is registered twice in {pillar!r}")
-        _REGISTRY[(pillar, name)] = MethodInfo(
-            name, pillar, cls, params_cls, _source_of(cls), sparse
+            raise RegistryError(f"method {name!r} is registered twice in {family!r}")
+        _REGISTRY[(family, name)] = MethodInfo(
+            name, family, cls, params_cls, _source_of(cls), sparse
         )
         cls.method_name = name
+        cls.family = family
         return cls
 
     return deco
-
-
-@dataclass
-class NoParams:
-    """Parameters of a method that has none."""
 
 
 def _source_of(cls: type) -> str:
@@ -99,20 +114,50 @@ def _source_of(cls: type) -> str:
     return ""
 
 
+def discover(package: str) -> list[str]:
+    """Import every module of ``package`` that registers a method (its text holds
+    ``@register(``), in file-name order; return their names. Modules that only help (shared
+    math, a training loop) are not imported: a listing does not pay for their imports."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.submodule_search_locations is None:
+        raise RegistryError(f"method package {package!r} is not an importable package")
+    found = []
+    for info in sorted(pkgutil.iter_modules(spec.submodule_search_locations), key=lambda m: m.name):
+        if info.ispkg or info.name.startswith("_"):
+            continue
+        path = Path(info.module_finder.path) / f"{info.name}.py"  # type: ignore[union-attr]
+        if path.is_file() and "@register(" in path.read_text(encoding="utf-8"):
+            found.append(f"{package}.{info.name}")
+    for mod in found:
+        if mod not in _imported:
+            importlib.import_module(mod)
+            _imported.add(mod)
+    return found
+
+
+def _exists(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 def load_builtin_methods(families: Iterable[str] | None = None) -> None:
-    """Import the method modules of the pillars serving ``families`` (all when None) and the
-    third-party entry points, each once. Per family, so that listing one pillar's methods
-    does not import another pillar's dependencies (Lightning for the classification ones)."""
+    """Discover the method packages of ``families`` (all when None) and load the third-party
+    entry points, each once. Per family, so that listing one pillar's methods does not import
+    another pillar's dependencies (Lightning for the classification ones)."""
     global _loaded
     from sparsebench.suite.pillar import all_pillars
 
     wanted = None if families is None else set(families)
     for p in all_pillars().values():
-        if wanted is None or wanted & set(p.families):
-            for mod in p.method_modules:
-                if mod not in _imported:
-                    importlib.import_module(mod)
-                    _imported.add(mod)
+        for family in p.families:
+            if wanted is None or family in wanted:
+                package = p.method_package(family)
+                # A third-party family without a package of its own registers its methods when
+                # its plug-in module is imported; a package the pillar names must exist.
+                if family in p.method_packages or _exists(package):
+                    discover(package)
     if not _loaded:
         _loaded = True
         for ep in entry_points(group="sparsebench.methods"):
@@ -120,22 +165,19 @@ def load_builtin_methods(families: Iterable[str] | None = None) -> None:
 
 
 def all_methods(families: Iterable[str] | None = None) -> dict[str, MethodInfo]:
-    """Registered methods by name, of the given families, in registration order (each
-    pillar's ``method_modules`` order); all families: keys ``family/name``, sorted."""
+    """Registered methods by name, of the given families, sorted by name (the order of
+    listings and schema enums, independent of import order); all families: keys
+    ``family/name``, sorted."""
     load_builtin_methods(families)
     if families is None:
         return {f"{f}/{n}": info for (f, n), info in sorted(_REGISTRY.items())}
     fams = set(families)
-    return {n: info for (f, n), info in _REGISTRY.items() if f in fams}
+    return {
+        n: info for (f, n), info in sorted(_REGISTRY.items(), key=lambda kv: kv[0][1]) if f in fams
+    }
 
 
-def registered(family: str) -> dict[str, MethodInfo]:
-    """The methods registered so far in ``family``, in registration order, without importing
-    any module (for a package that registers its own plug-ins while it is imported)."""
-    return {n: info for (f, n), info in _REGISTRY.items() if f == family}
-
-
-def get_method(name: str, families: Iterable[str] = ("dst", "pruning")) -> MethodInfo:
+def get_method(name: str, families: Iterable[str]) -> MethodInfo:
     """Return the method ``name`` of ``families``; ``RegistryError`` lists the known names."""
     methods = all_methods(families)
     if name not in methods:
@@ -176,7 +218,7 @@ def build_params(
     method: str | MethodInfo,
     raw: dict[str, Any] | None,
     where: str = "",
-    families: Iterable[str] = ("dst", "pruning"),
+    families: Iterable[str] = (),
 ) -> Any:
     """Build the ``Params`` of ``method`` (a MethodInfo, or a name in ``families``) from a
     plain dict, checking names and types.
@@ -184,7 +226,12 @@ def build_params(
     ``where`` prefixes error messages (e.g. ``"spec.yaml: methods.rigl"``). Raises
     ``RegistryError`` naming the parameter, the bad value and what is allowed.
     """
-    info = method if isinstance(method, MethodInfo) else get_method(method, families)
+    if isinstance(method, MethodInfo):
+        info = method
+    elif not families:
+        raise TypeError("build_params: give a MethodInfo, or a name with its families")
+    else:
+        info = get_method(method, families)
     name = info.name
     raw = dict(raw or {})
     hints = typing.get_type_hints(info.params_cls)

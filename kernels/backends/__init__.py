@@ -13,19 +13,30 @@ semi_structured    2:4 sparse tensor cores, torch.sparse.to_sparse_semi_structur
 
 from __future__ import annotations
 
-# isort: off
-# Registration order is listing order (and the "allowed:" order of error messages): the
-# reference, the library, ours, GPU-only, as in the table above.
-from . import dense_mask, torch_csr, cpu, triton_csr, semi_structured  # noqa: F401 - register
-
-# isort: on
-from sparsebench.suite.registry import registered
+from typing import Any
 
 from .base import Backend, BackendUnavailableError
 
-# One instance per backend registered in the ``kernels`` method family (third-party backends
-# registered before this import follow the built-ins), in registration order.
-BACKENDS: dict[str, Backend] = {name: info.cls() for name, info in registered("kernels").items()}
+_BACKENDS: dict[str, Backend] = {}
+
+
+def _backends() -> dict[str, Backend]:
+    """One instance per backend of the ``kernels`` family: the reference (``dense_mask``)
+    first, then the registry's order (file names, then third-party ones); built on first use,
+    since the registry discovers this package's modules."""
+    if not _BACKENDS:
+        from sparsebench.suite.registry import all_methods
+
+        infos = all_methods(("kernels",))
+        order = sorted(infos, key=lambda n: n != "dense_mask")
+        _BACKENDS.update({name: infos[name].cls() for name in order})
+    return _BACKENDS
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BACKENDS":  # name -> Backend, filled on first use (PEP 562)
+        return _backends()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_backend(name: str | Backend, require_available: bool = True) -> Backend:
@@ -40,10 +51,10 @@ def get_backend(name: str | Backend, require_available: bool = True) -> Backend:
         backend = name
     else:
         try:
-            backend = BACKENDS[name]
+            backend = _backends()[name]
         except (KeyError, TypeError):
             raise ValueError(
-                f"unknown sparse backend {name!r}; allowed: {', '.join(BACKENDS)}"
+                f"unknown sparse backend {name!r}; allowed: {', '.join(_backends())}"
             ) from None
     if require_available:
         backend.require()
@@ -52,7 +63,7 @@ def get_backend(name: str | Backend, require_available: bool = True) -> Backend:
 
 def available_backends() -> dict[str, tuple[bool, str]]:
     """``name -> (available, reason)`` for every registered backend."""
-    return {name: b.available() for name, b in BACKENDS.items()}
+    return {name: b.available() for name, b in _backends().items()}
 
 
 __all__ = ["BACKENDS", "Backend", "BackendUnavailableError", "available_backends", "get_backend"]

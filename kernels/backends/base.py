@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from sparsebench.suite.registry import NoParams
+from sparsebench.suite.method import Method, NoParams
 
 from ..pattern import SparsityPattern, check_values
 
@@ -57,11 +57,11 @@ def _check_dense(name: str, t: Tensor, cols: int, values: Tensor) -> None:
         raise ValueError(f"{name} is on {t.device} but values are on {values.device}")
 
 
-class Backend:
+class Backend(Method):
     """One implementation of the three products; see the module docstring.
 
     A backend is a subclass registered in the ``kernels`` method family
-    (``@register(name, pillar="kernels")``, with ``Params = NoParams``), so that specs, schema
+    (``@register(name, family="kernels")``, with ``Params = NoParams``), so that specs, schema
     enums and listings take its name from the one registry. Class attributes:
 
     Attributes:

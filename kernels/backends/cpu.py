@@ -67,7 +67,7 @@ def available() -> tuple[bool, str]:
     return (problem is None, problem or "")
 
 
-@register("cpu", pillar="kernels")
+@register("cpu", family="kernels")
 class CPUBackend(Backend):
     """Our C++/OpenMP CSR SpMM and SDDMM over transposed activations, JIT-compiled once.
 

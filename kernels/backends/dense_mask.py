@@ -27,7 +27,7 @@ def grad_values(grad_y: Tensor, x: Tensor, pattern: SparsityPattern) -> Tensor:
     return (grad_y.t() @ x).reshape(-1).index_select(0, pattern.flat_index)
 
 
-@register("dense_mask", pillar="kernels")
+@register("dense_mask", family="kernels")
 class DenseMaskBackend(Backend):
     """Reference: scatter the values into a dense weight (zeros off the pattern) and use dense
     BLAS, as masked dense layers (jaxpruner, torch.nn.utils.prune) do today.

@@ -120,7 +120,7 @@ def forward(x: Tensor, values: Tensor, pattern: SparsityPattern, bias: Tensor | 
     return F.linear(x, _compressed(values, pattern), bias)
 
 
-@register("semi_structured", pillar="kernels")
+@register("semi_structured", family="kernels")
 class SemiStructuredBackend(Backend):
     """2:4 semi-structured sparsity on sparse tensor cores
     (``torch.sparse.to_sparse_semi_structured``), float16/bfloat16 on GPUs with sm >= 80.

@@ -78,7 +78,7 @@ def grad_values(grad_y: Tensor, x: Tensor, pattern: SparsityPattern) -> Tensor:
     return torch.sparse.sampled_addmm(zeros, grad_y.t(), x, beta=0.0).values()
 
 
-@register("torch_csr", pillar="kernels")
+@register("torch_csr", family="kernels")
 class TorchCSRBackend(Backend):
     """torch.sparse CSR: ``addmm`` / ``mm`` for the SpMMs and ``sampled_addmm`` for the SDDMM
     (MKL on CPU, cuSPARSE on GPU): the library peer of our kernels.

@@ -162,7 +162,7 @@ def grad_values(grad_y: Tensor, x: Tensor, pattern: SparsityPattern) -> Tensor:
     return out
 
 
-@register("triton", pillar="kernels")
+@register("triton", family="kernels")
 class TritonBackend(Backend):
     """Our Triton CSR SpMM (row × batch tile programs) and SDDMM, on a CUDA GPU or under
     ``TRITON_INTERPRET=1`` on the CPU (correctness tests only).

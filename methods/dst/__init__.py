@@ -1,1 +1,2 @@
-"""sparsebench methods/dst."""
+"""Dynamic sparse training methods, one file each; the family contract is in :mod:`.base`.
+The registry discovers the modules."""

@@ -9,9 +9,9 @@ from typing import Literal, NamedTuple
 
 import torch
 
+from sparsebench.methods.dst.base import MaskMethod
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.masks import layer_densities, n_keep, topk_mask
-from sparsebench.suite.pillars.classification.lit import MaskMethod
+from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep, top_mask
 from sparsebench.suite.registry import register
 
 SPARSE_KINDS = ("compressed", "final")
@@ -53,7 +53,7 @@ def global_magnitude_masks(
         dense_layers: layers left dense (mask ``None``), outside the budget.
     Returns: layer name -> bool mask of the weight's shape, or ``None`` for a dense layer (also
     when every weight of a layer is kept). A layer that would lose every weight keeps its one
-    largest, as :meth:`~sparsebench.suite.masks.MaskStore.global_topk_masks`.
+    largest, as :meth:`~sparsebench.suite.pillars.classification.masks.MaskStore.global_top_masks`.
     """
     dense = set(dense_layers)
     names = [n for n in weights if n not in dense]
@@ -61,14 +61,14 @@ def global_magnitude_masks(
     if not names:
         return {n: None for n in weights}
     flat = torch.cat([weights[n].detach().abs().reshape(-1).float() for n in names])
-    keep = topk_mask(flat, n_keep(flat.numel(), density))
+    keep = top_mask(flat, n_keep(flat.numel(), density))
     start = 0
     for n in names:
         w = weights[n]
         m = keep[start : start + w.numel()].view(w.shape)
         start += w.numel()
         if not m.any():  # never disconnect a layer entirely
-            m = topk_mask(w.detach().abs(), 1)
+            m = top_mask(w.detach().abs(), 1)
         out[n] = None if bool(m.all()) else m
     return {n: out[n] for n in weights}
 
@@ -82,8 +82,8 @@ def magnitude_masks(
     """The masks an AC/DC compression step installs: magnitude top-k to ``density``.
 
     ``distribution`` ``erk`` or ``uniform``: each layer keeps its ``n_keep(numel, d_l)`` weights
-    of largest |w|, with the layer densities d_l of
-    :func:`~sparsebench.suite.masks.layer_densities`; ``global``: one threshold over all layers
+    of largest |w|, with the layer densities d_l of the mask store's ``layer_densities``;
+    ``global``: one threshold over all layers
     (:func:`global_magnitude_masks`). With ``dense_first_layer`` the first layer stays dense,
     outside the budget.
 
@@ -102,11 +102,11 @@ def magnitude_masks(
     out: dict[str, torch.Tensor | None] = {}
     for n, w in weights.items():
         d = densities[n]
-        out[n] = None if d >= 1.0 else topk_mask(w.detach().abs(), n_keep(w.numel(), d))
+        out[n] = None if d >= 1.0 else top_mask(w.detach().abs(), n_keep(w.numel(), d))
     return out
 
 
-@register("acdc", pillar="dst")
+@register("acdc", family="dst")
 class AcDc(MaskMethod):
     """Alternating Compressed/DeCompressed training (Peste et al. 2021, Sec. 3 and Fig. 1).
 

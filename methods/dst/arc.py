@@ -10,8 +10,8 @@ from typing import Literal
 import torch
 
 from sparsebench.methods.dst.acdc import AcDc
-from sparsebench.suite.flops import sparse_forward_flops
-from sparsebench.suite.masks import topk_mask
+from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
+from sparsebench.suite.pillars.classification.masks import top_mask
 from sparsebench.suite.registry import register
 
 
@@ -31,7 +31,7 @@ def mask_iou(a: Mapping[str, torch.Tensor | None], b: Mapping[str, torch.Tensor 
     return inter / union if union else 1.0
 
 
-@register("arc", pillar="dst")
+@register("arc", family="dst")
 class Arc(AcDc):
     """ARC, Alternating Rewiring Compression: AC/DC (:class:`AcDc`, same schedule, same
     magnitude top-k compression to the same layer densities) with three changes.
@@ -268,6 +268,6 @@ class Arc(AcDc):
         if k <= 0:
             return mask
         inf = torch.full_like(weight, math.inf, dtype=torch.float32)
-        kept = topk_mask(torch.where(mask, weight.abs().float(), -inf), n_active - k)
-        grow = topk_mask(torch.where(mask, -inf, grad.abs().float().to(weight.device)), k)
+        kept = top_mask(torch.where(mask, weight.abs().float(), -inf), n_active - k)
+        grow = top_mask(torch.where(mask, -inf, grad.abs().float().to(weight.device)), k)
         return kept | grow

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.masks import topk_mask
+from sparsebench.suite.pillars.classification.masks import top_mask
 from sparsebench.suite.registry import register
 
 # Scores closer than this fraction of a layer's best score are ties (broken at random): the
@@ -138,8 +138,8 @@ def magnitude_removal(weight: torch.Tensor, mask: torch.Tensor, zeta: float) -> 
     pos = mask & (w >= 0)
     neg = mask & (w < 0)
     inf = torch.full_like(w, math.inf)
-    drop_pos = topk_mask(torch.where(pos, -w, -inf), int(zeta * int(pos.sum())))
-    drop_neg = topk_mask(torch.where(neg, w, -inf), int(zeta * int(neg.sum())))
+    drop_pos = top_mask(torch.where(pos, -w, -inf), int(zeta * int(pos.sum())))
+    drop_neg = top_mask(torch.where(neg, w, -inf), int(zeta * int(neg.sum())))
     return mask & ~drop_pos & ~drop_neg
 
 
@@ -173,7 +173,7 @@ def swi_std(mask: torch.Tensor) -> float:
     return math.sqrt(2.0 * max(active, 1) / max(nnz, 1))
 
 
-@register("cht", pillar="dst")
+@register("cht", family="dst")
 class CHT(Static):
     """Cannistraci-Hebb Training (Zhang, Zhao, Wu, Muscoloni, Cannistraci, ICLR 2024), with the
     components of the authors' CHT command (reference code ``Cannistraci-Hebb-training``,

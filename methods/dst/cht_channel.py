@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from sparsebench.methods.dst.cht import CHT, ch3_l3_scores, top_k_random_ties
-from sparsebench.suite.masks import layer_densities, n_keep, topk_mask
+from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep, top_mask
 from sparsebench.suite.registry import register
 
 
@@ -41,7 +41,7 @@ def modulation_weights(norms: torch.Tensor, active: torch.Tensor) -> torch.Tenso
     return torch.where(active, (norms / mean).clamp_min(0.0).pow(1.0 / 3.0), 0.0)
 
 
-@register("cht_channel", pillar="dst")
+@register("cht_channel", family="dst")
 class CHTChannel(CHT):
     """Channel-wise Cannistraci-Hebb Training for CNNs (after the seed paper's channel-level
     CHT: "each kernel-channel a node, with its contextual modulation"; the rest is ours).
@@ -118,11 +118,11 @@ class CHTChannel(CHT):
                 store.set_mask(name, None)
             elif self.is_conv(w):
                 k = n_keep(w.shape[0] * w.shape[1], d)
-                km = topk_mask(torch.rand(w.shape[:2], generator=gen), k)
+                km = top_mask(torch.rand(w.shape[:2], generator=gen), k)
                 store.set_mask(name, expand_kernels(km, w.shape).to(w.device))
             else:
                 scores = torch.rand(w.shape, generator=gen)
-                store.set_mask(name, topk_mask(scores, n_keep(w.numel(), d)).to(w.device))
+                store.set_mask(name, top_mask(scores, n_keep(w.numel(), d)).to(w.device))
 
     def remove(self, name: str, weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if not self.is_conv(weight):
@@ -130,7 +130,7 @@ class CHTChannel(CHT):
         km = kernel_mask(mask)
         norms = kernel_norms(weight, self.params.kernel_norm)
         k = int(self.params.zeta * int(km.sum()))
-        drop = topk_mask(torch.where(km, -norms, -torch.inf), k)
+        drop = top_mask(torch.where(km, -norms, -torch.inf), k)
         return expand_kernels(km & ~drop, weight.shape)
 
     def regrow(

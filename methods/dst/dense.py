@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparsebench.suite.pillars.classification.lit import MaskMethod
+from sparsebench.methods.dst.base import MaskMethod
 from sparsebench.suite.registry import register
 
 
-@register("dense", pillar="dst", sparse=False)
+@register("dense", family="dst", sparse=False)
 class Dense(MaskMethod):
     """Dense training: no mask, the reference every sparse method is compared with.
 

@@ -8,12 +8,17 @@ from dataclasses import dataclass
 import torch
 
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.flops import sparse_forward_flops
-from sparsebench.suite.masks import MaskStore, layer_densities, n_keep, topk_mask
+from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
+from sparsebench.suite.pillars.classification.masks import (
+    MaskStore,
+    layer_densities,
+    n_keep,
+    top_mask,
+)
 from sparsebench.suite.registry import register
 
 
-@register("granet", pillar="dst")
+@register("granet", family="dst")
 class GraNet(Static):
     """GraNet, sparse-to-sparse (Liu et al. 2021, Algorithm 1).
 
@@ -272,7 +277,7 @@ class GraNet(Static):
         flat = torch.cat(scores)
         total = flat.numel()
         active = sum(store.nnz(n) for n in names)
-        keep = topk_mask(flat, max(len(names), min(n_keep(total, density), active)))
+        keep = top_mask(flat, max(len(names), min(n_keep(total, density), active)))
         start = 0
         for name in names:
             w = store.weight(name)
@@ -300,6 +305,6 @@ class GraNet(Static):
         if k == 0:
             return mask
         inf = torch.full_like(weight, math.inf, dtype=torch.float32)
-        kept = topk_mask(torch.where(mask, weight.abs().float(), -inf), n_active - k)
-        grow = topk_mask(torch.where(kept, -inf, grad.abs().float()), k)
+        kept = top_mask(torch.where(mask, weight.abs().float(), -inf), n_active - k)
+        grow = top_mask(torch.where(kept, -inf, grad.abs().float()), k)
         return kept | grow

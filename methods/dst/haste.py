@@ -10,11 +10,11 @@ import torch
 from torch import Tensor, nn
 
 from sparsebench.methods.dst.rigl import RigL
-from sparsebench.suite.masks import layer_densities, n_keep, topk_mask
+from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep, top_mask
 from sparsebench.suite.registry import register
 
 
-@register("haste", pillar="dst")
+@register("haste", family="dst")
 class HASTE(RigL):
     """HASTE: hardware-aware DST whose large output layer keeps a group-shared fixed fan-in.
 
@@ -206,7 +206,7 @@ class HASTE(RigL):
                 cols = _row_topk(scores, fan_in)
                 mask = self.group_mask(cols, n_out, self.params.group_size)
             else:
-                mask = topk_mask(torch.rand(shape, generator=gen), counts[name])
+                mask = top_mask(torch.rand(shape, generator=gen), counts[name])
             store.set_mask(name, mask.to(w.device))
 
     # -- hooks ---------------------------------------------------------------------------

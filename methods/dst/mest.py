@@ -9,11 +9,11 @@ from typing import Literal
 import torch
 
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.masks import layer_densities, n_keep, topk_mask
+from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep, top_mask
 from sparsebench.suite.registry import register
 
 
-@register("mest", pillar="dst")
+@register("mest", family="dst")
 class MEST(Static):
     """Memory-Economic Sparse Training, MEST+EM and MEST+EM&S (Yuan et al. 2021).
 
@@ -205,7 +205,7 @@ class MEST(Static):
             if d >= 1.0:
                 store.set_mask(name, None)
             else:  # largest magnitudes of the random initialisation, as the authors' code
-                store.set_mask(name, topk_mask(w.detach().abs(), n_keep(w.numel(), d)))
+                store.set_mask(name, top_mask(w.detach().abs(), n_keep(w.numel(), d)))
         self.targets = {n: store.nnz(n) for n, m in store.masks.items() if m is not None}
         self.history = []
 
@@ -286,7 +286,7 @@ class MEST(Static):
         Returns: the bool mask with exactly ``n`` ones, a subset of ``mask``.
         """
         score = cls.importance(weight, grad, grad_coef)
-        return topk_mask(torch.where(mask, score, torch.full_like(score, -math.inf)), n)
+        return top_mask(torch.where(mask, score, torch.full_like(score, -math.inf)), n)
 
     @staticmethod
     def grow_random(
@@ -296,7 +296,7 @@ class MEST(Static):
         shape); ``k`` is capped at their number. Returns (new mask, grown positions)."""
         scores = torch.rand(mask.shape, generator=generator).to(mask.device)
         k = min(k, int((~mask).sum()))
-        grown = topk_mask(torch.where(mask, torch.full_like(scores, -math.inf), scores), k)
+        grown = top_mask(torch.where(mask, torch.full_like(scores, -math.inf), scores), k)
         return mask | grown, grown
 
     @classmethod

@@ -9,12 +9,12 @@ from typing import Literal
 import torch
 
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.flops import sparse_forward_flops
-from sparsebench.suite.masks import topk_mask
+from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
+from sparsebench.suite.pillars.classification.masks import top_mask
 from sparsebench.suite.registry import register
 
 
-@register("rigl", pillar="dst")
+@register("rigl", family="dst")
 class RigL(Static):
     """Rigged Lottery (Evci et al. 2020, Algorithm 1).
 
@@ -145,6 +145,6 @@ class RigL(Static):
         if k == 0:
             return mask
         inf = torch.full_like(weight, math.inf)
-        kept = topk_mask(torch.where(mask, weight.abs(), -inf), n_active - k)
-        grow = topk_mask(torch.where(kept, -inf, grad.abs()), k)
+        kept = top_mask(torch.where(mask, weight.abs(), -inf), n_active - k)
+        grow = top_mask(torch.where(kept, -inf, grad.abs()), k)
         return kept | grow

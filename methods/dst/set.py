@@ -9,11 +9,11 @@ from typing import Literal
 import torch
 
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.masks import topk_mask
+from sparsebench.suite.pillars.classification.masks import top_mask
 from sparsebench.suite.registry import register
 
 
-@register("set", pillar="dst")
+@register("set", family="dst")
 class SET(Static):
     """Sparse Evolutionary Training (Mocanu et al. 2018, Algorithm 1).
 
@@ -162,16 +162,16 @@ class SET(Static):
             pos = mask & (w >= 0)
             neg = mask & (w < 0)
             # Closest to zero first: smallest positives, largest (least negative) negatives.
-            drop_pos = topk_mask(torch.where(pos, -w, -inf), int(zeta * int(pos.sum())))
-            drop_neg = topk_mask(torch.where(neg, w, -inf), int(zeta * int(neg.sum())))
+            drop_pos = top_mask(torch.where(pos, -w, -inf), int(zeta * int(pos.sum())))
+            drop_neg = top_mask(torch.where(neg, w, -inf), int(zeta * int(neg.sum())))
             kept = mask & ~drop_pos & ~drop_neg
         else:
             # Evci et al.'s SET: drop int(zeta * nnz) by plain magnitude, signs pooled.
             n_active = int(mask.sum())
-            kept = topk_mask(torch.where(mask, w.abs(), -inf), n_active - int(zeta * n_active))
+            kept = top_mask(torch.where(mask, w.abs(), -inf), n_active - int(zeta * n_active))
         n_grow = int(mask.sum()) - int(kept.sum())
         scores = torch.rand(w.shape, generator=self.ctx.generator).to(w.device)
-        grow = topk_mask(torch.where(kept, -inf, scores), n_grow)
+        grow = top_mask(torch.where(kept, -inf, scores), n_grow)
         gen = self.ctx.generator
         how = self.params.regrowth_init
         if how in ("normal", "init"):

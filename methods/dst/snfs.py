@@ -10,12 +10,12 @@ from typing import Literal
 import torch
 
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.flops import sparse_forward_flops
-from sparsebench.suite.masks import topk_mask
+from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
+from sparsebench.suite.pillars.classification.masks import top_mask
 from sparsebench.suite.registry import register
 
 
-@register("snfs", pillar="dst")
+@register("snfs", family="dst")
 class SNFS(Static):
     """Sparse momentum (Dettmers & Zettlemoyer 2019, Algorithm 1).
 
@@ -238,7 +238,7 @@ class SNFS(Static):
             n_remove = min(math.ceil(rate * nnz), max(nnz - 1, 0))
             w_abs = weights[n].abs().float()
             w_abs = torch.where(mask, w_abs, torch.full_like(w_abs, -inf))
-            kept[n] = topk_mask(w_abs, nnz - n_remove)
+            kept[n] = top_mask(w_abs, nnz - n_remove)
             capacity[n] = mask.numel() - (nnz - n_remove)
             total_removed += n_remove
         regrow = SNFS.allocate(shares, total_removed, capacity)
@@ -246,7 +246,7 @@ class SNFS(Static):
         for n in masks:
             score = momenta[n].abs().float()
             score = torch.where(kept[n], torch.full_like(score, -inf), score)
-            new[n] = kept[n] | topk_mask(score, regrow[n])
+            new[n] = kept[n] | top_mask(score, regrow[n])
         return new
 
     @staticmethod

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sparsebench.suite.masks import layer_densities
-from sparsebench.suite.pillars.classification.lit import MaskMethod
+from sparsebench.methods.dst.base import MaskMethod
+from sparsebench.suite.pillars.classification.masks import layer_densities
 from sparsebench.suite.registry import register
 
 
-@register("static", pillar="dst")
+@register("static", family="dst")
 class Static(MaskMethod):
     """Static sparse training: a uniformly random mask per layer is drawn at initialization
     (layer densities by ERK or uniform) and never changes.

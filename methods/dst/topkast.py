@@ -10,12 +10,17 @@ import torch
 from torch import nn
 
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.flops import sparse_forward_flops
-from sparsebench.suite.masks import MaskStore, layer_densities, n_keep, topk_mask
+from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
+from sparsebench.suite.pillars.classification.masks import (
+    MaskStore,
+    layer_densities,
+    n_keep,
+    top_mask,
+)
 from sparsebench.suite.registry import register
 
 
-@register("topkast", pillar="dst")
+@register("topkast", family="dst")
 class TopKAST(Static):
     """Top-K Always Sparse Training (Jayakumar et al. 2020, Sec. 2 and Appendix D, Algorithm 1).
 
@@ -156,8 +161,8 @@ class TopKAST(Static):
                 f"numel ({theta.numel()})"
             )
         mag = theta.abs()
-        bwd = topk_mask(mag, n_backward)
-        fwd = topk_mask(torch.where(bwd, mag, torch.full_like(mag, -1.0)), n_forward)
+        bwd = top_mask(mag, n_backward)
+        fwd = top_mask(torch.where(bwd, mag, torch.full_like(mag, -1.0)), n_forward)
         return fwd, bwd
 
     @staticmethod

@@ -7,11 +7,12 @@ Each method is registered in the ``hessian`` family with its (empty) ``Params``;
 
 from __future__ import annotations
 
-from sparsebench.suite.registry import NoParams, register
+from sparsebench.suite.method import Method, NoParams
+from sparsebench.suite.registry import register
 
 
-@register("dense", pillar="hessian", sparse=False)
-class DenseHessian:
+@register("dense", family="hessian", sparse=False)
+class DenseHessian(Method):
     """Dense Hessian: 3N forward-over-reverse HVPs against the identity (``jvp(grad(E))``,
     vmapped over chunks of tangents), the reference of every error and speed-up.
 
@@ -30,8 +31,8 @@ class DenseHessian:
         return True
 
 
-@register("colored", pillar="hessian")
-class ColoredHessianMethod:
+@register("colored", family="hessian")
+class ColoredHessianMethod(Method):
     """Exact sparse Hessian: the closed-form pattern of a K-hop local potential, a greedy star
     coloring of it (GTMP07 Algorithm 4.1) and C compressed HVPs, B = H S, with every nonzero
     read directly from B (star coloring's direct recovery, GMP05 Sec. 4). A colored Hessian
@@ -51,8 +52,8 @@ class ColoredHessianMethod:
         return True
 
 
-@register("truncated", pillar="hessian")
-class TruncatedHessian:
+@register("truncated", family="hessian")
+class TruncatedHessian(Method):
     """Colored Hessian on a pattern one hop short (K − 1 hops): an explicit approximation,
     reported with its error, for potentials that reach more than one hop. Our choice: the
     truncation depth is fixed at one hop, the smallest approximation that differs from exact.

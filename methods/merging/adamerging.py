@@ -156,7 +156,7 @@ def _mean_entropy(data: MergeData, trunk: StateDict, pools: list[torch.Tensor]) 
     return total / len(pools)
 
 
-@register("adamerging_task", pillar="merging")
+@register("adamerging_task", family="merging")
 class AdaMergingTask(_AdaMerging):
     """Task-wise AdaMerging: θ = θ0 + Σ_t λ_t τ_t with one coefficient λ_t per task, learned
     by entropy minimisation on unlabeled test inputs.
@@ -188,7 +188,7 @@ class AdaMergingTask(_AdaMerging):
     Params = _AdaMerging.Params
 
 
-@register("adamerging_layer", pillar="merging")
+@register("adamerging_layer", family="merging")
 class AdaMergingLayer(_AdaMerging):
     """Layer-wise AdaMerging: θ^l = θ0^l + Σ_t λ_t^l τ_t^l with one coefficient per task t and
     trunk parameter tensor l (a "layer" is one state-dict entry, as in the official code),

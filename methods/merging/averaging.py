@@ -9,7 +9,7 @@ from sparsebench.suite.registry import NoParams, register
 from .base import MergeInputs, MergeResult, MergingMethod
 
 
-@register("averaging", pillar="merging")
+@register("averaging", family="merging")
 class Averaging(MergingMethod):
     """Uniform weight averaging of the experts, θ = (1/T) Σ_t θ_t (the "uniform soup"), which
     equals Task Arithmetic with λ = 1/T: θ0 + (1/T) Σ_t τ_t.

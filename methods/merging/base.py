@@ -22,6 +22,8 @@ from typing import Any, ClassVar, Literal, Protocol
 
 import torch
 
+from sparsebench.suite.method import Method
+
 StateDict = dict[str, torch.Tensor]  # parameter name -> tensor (trunk only)
 Split = Literal["train", "val", "test"]
 
@@ -158,7 +160,7 @@ class MergeResult:
         return self.state
 
 
-class MergingMethod:
+class MergingMethod(Method):
     """Base class of the ``merging`` family (register with ``@register(name, "merging")``).
 
     Class attributes:

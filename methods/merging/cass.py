@@ -155,7 +155,7 @@ def host_merge(
     """Merge ``experts`` with the registered host method ``host`` and the host fields of
     ``params`` (lam, k, p as the host takes them); the other inputs (base, data, seed) are
     ``inputs``'."""
-    info = registry.registered("merging").get(host) or registry.get_method(host, ("merging",))
+    info = registry.get_method(host, ("merging",))
     values = {f: getattr(params, f) for f in _HOST_FIELDS[host]}
     missing = [f for f, v in values.items() if v is None]
     if missing:
@@ -211,7 +211,7 @@ def _validate_host_fields(p: Any) -> None:
         raise ValueError(f"p must be in [0, 1), got {p.p}")
 
 
-@register("cass", pillar="merging")
+@register("cass", family="merging")
 class Cass(_HostParamsMixin, MergingMethod):
     """CASS (Contribution-Aware Structured Sparsity) as a plug-in filter: for each task, keep
     only the attention heads and FFN / hidden neurons that contribute most to that task,
@@ -293,7 +293,7 @@ class Cass(_HostParamsMixin, MergingMethod):
         return res
 
 
-@register("cass_tuning", pillar="merging")
+@register("cass_tuning", family="merging")
 class CassTuning(_HostParamsMixin, MergingMethod):
     """CASS-Tuning: experts fine-tuned under CASS gradient masks (``uses_experts =
     "cass_tuned"``), merged by the host method with no further filtering.

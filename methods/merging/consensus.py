@@ -25,7 +25,7 @@ from .task_arithmetic import LAMBDA_GRID
 from .ties import trim
 
 
-@register("consensus", pillar="merging")
+@register("consensus", family="merging")
 class Consensus(MergingMethod):
     """Consensus Merging: build the TALL masks m_t of every task (see ``tall_masks``), keep
     only the weights selected by at least k tasks, m_cons = 1{Σ_t m_t >= k}, which removes the

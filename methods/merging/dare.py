@@ -53,7 +53,7 @@ def dare(vectors: Sequence[Mapping[str, torch.Tensor]], p: float, seed: int) -> 
     return out
 
 
-@register("dare_ta", pillar="merging")
+@register("dare_ta", family="merging")
 class DareTA(MergingMethod):
     """DARE + Task Arithmetic: drop each entry of every τ_t with probability p and rescale the
     survivors by 1/(1 − p) (Sec. 3), then θ = θ0 + λ Σ_t τ̂_t.
@@ -92,7 +92,7 @@ class DareTA(MergingMethod):
         return MergeResult(state=add_scaled(inputs.base, summed, params.lam), task_vectors=dropped)
 
 
-@register("dare_ties", pillar="merging")
+@register("dare_ties", family="merging")
 class DareTies(MergingMethod):
     """DARE + TIES: drop-and-rescale every τ_t (Sec. 3), then the whole of TIES-Merging on
     the results (trim to the top-k magnitudes, elect sign, disjoint mean), θ = θ0 + λ τ_m.

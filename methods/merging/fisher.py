@@ -120,7 +120,7 @@ def fisher_average(
     return out
 
 
-@register("fisher", pillar="merging")
+@register("fisher", family="merging")
 class Fisher(MergingMethod):
     """Fisher merging: the Laplace-approximation posterior average of the experts with the
     diagonal Fisher F_t of each expert as its precision, θ*_p = Σ_t F_t,p θ_t,p / Σ_t F_t,p

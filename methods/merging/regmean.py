@@ -58,7 +58,7 @@ def regmean_weight(
     return (mean + delta_t.T).to(weights[0].dtype)
 
 
-@register("regmean", pillar="merging")
+@register("regmean", family="merging")
 class RegMean(MergingMethod):
     """RegMean: for every linear layer, the weight that best reproduces all experts' outputs on
     their own inputs, W*ᵀ = (Σ_t G̃_t)⁻¹ Σ_t G̃_t W_tᵀ (W of shape (out, in)), G_t = X_tᵀ X_t the

@@ -83,7 +83,7 @@ def select_tall_masks(
     return masks, lams, read_n
 
 
-@register("tall_masks", pillar="merging")
+@register("tall_masks", family="merging")
 class TallMasks(MergingMethod):
     """TALL masks (Task-specific ALL-in-one masks): from the multi-task vector τ_MTL = Σ_t τ_t,
     task t's mask m_t = 1{|τ_t| > λ_t |τ_MTL − τ_t|} keeps the entries where task t's own

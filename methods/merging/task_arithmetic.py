@@ -17,7 +17,7 @@ PAPER_LAMBDA_GRID = tuple(round(0.05 * i, 2) for i in range(1, 21))
 LAMBDA_GRID = (0.01, 0.02, 0.03, 0.04) + PAPER_LAMBDA_GRID
 
 
-@register("task_arithmetic", pillar="merging")
+@register("task_arithmetic", family="merging")
 class TaskArithmetic(MergingMethod):
     """Task Arithmetic: add the sum of the task vectors τ_t = θ_t − θ0 to the base with one
     scaling coefficient, θ = θ0 + λ Σ_t τ_t (Eq. 1 and Sec. 3, "adding task vectors").

@@ -106,7 +106,7 @@ def ties_vector(
     return disjoint_merge(trimmed, elect_sign(trimmed), agg), trimmed
 
 
-@register("ties", pillar="merging")
+@register("ties", family="merging")
 class Ties(MergingMethod):
     """TIES-Merging (Alg. 1): trim each τ_t to its top-k% magnitudes, elect the sign of each
     entry by total mass, average only the entries that agree with it (disjoint mean), and add

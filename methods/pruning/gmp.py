@@ -8,11 +8,11 @@ from typing import Literal
 
 import torch
 
-from sparsebench.suite.pillars.classification.lit import MaskMethod
+from sparsebench.methods.pruning.base import MaskMethod
 from sparsebench.suite.registry import register
 
 
-@register("gmp", pillar="pruning")
+@register("gmp", family="pruning")
 class GMP(MaskMethod):
     """Gradual magnitude pruning with the cubic schedule of Zhu & Gupta 2017, Eq. 1:
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sparsebench.suite.pillars.classification.lit import MaskMethod
+from sparsebench.methods.pruning.base import MaskMethod
 from sparsebench.suite.registry import register
 
 
-@register("magnitude_oneshot", pillar="pruning")
+@register("magnitude_oneshot", family="pruning")
 class MagnitudeOneShot(MaskMethod):
     """Train dense, prune once by global weight magnitude, fine-tune the sparse network.
 

@@ -8,11 +8,11 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from sparsebench.suite.pillars.classification.lit import MaskMethod
+from sparsebench.methods.pruning.base import MaskMethod
 from sparsebench.suite.registry import register
 
 
-@register("snip", pillar="pruning")
+@register("snip", family="pruning")
 class SNIP(MaskMethod):
     """Single-shot Network Pruning based on connection sensitivity (Lee et al. 2019).
 

@@ -33,6 +33,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from sparsebench.suite.method import Method
+
 
 @dataclass
 class SAEOutput:
@@ -64,7 +66,7 @@ class TrainState:
     dead: torch.Tensor | None = None
 
 
-class SparseAutoencoder(nn.Module):
+class SparseAutoencoder(nn.Module, Method):
     """Base of every SAE architecture (register subclasses with ``@register(name, "sae")``).
 
     Parameters: ``W_enc`` (d, m), ``b_enc`` (m,), ``W_dec`` (m, d), ``b_dec`` (d,).

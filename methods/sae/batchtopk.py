@@ -23,7 +23,7 @@ def batch_topk(pre: torch.Tensor, k: int) -> torch.Tensor:
     return out.reshape(acts.shape)
 
 
-@register("batchtopk", pillar="sae")
+@register("batchtopk", family="sae")
 class BatchTopK(TopK):
     """Training: z = BatchTopK_k(ReLU((x − b_dec) W_enc + b_enc)), the k·n largest activations
     of a batch of n tokens kept; inference: z = ReLU(pre) · 1[pre > θ] with one global

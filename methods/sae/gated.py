@@ -11,7 +11,7 @@ from sparsebench.suite.registry import register
 from .base import SAEOutput, SparseAutoencoder, TrainState, mse, warmup
 
 
-@register("gated", pillar="sae")
+@register("gated", family="sae")
 class Gated(SparseAutoencoder):
     """Separate *which* latents fire from *how much*: with x̃ = x − b_dec,
 

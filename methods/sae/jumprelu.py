@@ -50,7 +50,7 @@ class StepFn(torch.autograd.Function):
         return None, g_theta.reshape(-1, theta.shape[-1]).sum(0), None
 
 
-@register("jumprelu", pillar="sae")
+@register("jumprelu", family="sae")
 class JumpReLU(SparseAutoencoder):
     """z = JumpReLU_θ(ReLU(x W_enc + b_enc)) with one learned threshold θ_i > 0 per latent
     (stored directly and clamped at 1e-6, as dictionary_learning's trainer; SAELens and Gemma

@@ -26,7 +26,7 @@ def prefix_sizes(width: int, fractions: tuple[float, ...]) -> list[int]:
     return out
 
 
-@register("matryoshka_batchtopk", pillar="sae")
+@register("matryoshka_batchtopk", family="sae")
 class MatryoshkaBatchTopK(BatchTopK):
     """BatchTopK latents trained so that every prefix of the dictionary reconstructs on its
     own: with nested sizes m_1 < ... < m_K = m,

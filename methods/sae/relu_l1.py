@@ -12,7 +12,7 @@ from sparsebench.suite.registry import register
 from .base import SAEOutput, SparseAutoencoder, TrainState, mse, warmup
 
 
-@register("relu_l1", pillar="sae")
+@register("relu_l1", family="sae")
 class ReluL1(SparseAutoencoder):
     """z = ReLU(x W_enc + b_enc), x̂ = z W_dec + b_dec, trained on
 

@@ -44,7 +44,7 @@ def bi_jump_relu(u: torch.Tensor, theta_pos: torch.Tensor, theta_neg: torch.Tens
     return u * ((u > theta_pos) | (u < -theta_neg)).to(u.dtype)
 
 
-@register("sign_aware_gated", pillar="sae")
+@register("sign_aware_gated", family="sae")
 class SignAwareGated(SparseAutoencoder):
     """A gated SAE whose latents carry a sign: one latent can stand for a direction and its
     opposite (the anticorrelated pairs of the synthetic data), so a signed latent does the

@@ -12,7 +12,7 @@ from sparsebench.suite.registry import register
 from .base import SAEOutput, SparseAutoencoder, TrainState, mse
 
 
-def topk_mask(pre: torch.Tensor, k: int) -> torch.Tensor:
+def top_mask(pre: torch.Tensor, k: int) -> torch.Tensor:
     """Boolean (n, m): the k largest entries of each row."""
     idx = torch.topk(pre, min(k, pre.shape[-1]), dim=-1, sorted=False).indices
     return torch.zeros_like(pre, dtype=torch.bool).scatter_(-1, idx, True)
@@ -40,7 +40,7 @@ def auxk_loss(
     if dead is None or not bool(dead.any()):
         return pre.new_zeros(())
     masked = pre.masked_fill(~dead.to(pre.device), -math.inf)
-    keep = topk_mask(masked, min(k_aux, int(dead.sum())))
+    keep = top_mask(masked, min(k_aux, int(dead.sum())))
     z_aux = torch.where(keep, torch.relu(pre), torch.zeros_like(pre))
     e = (x - x_hat).detach()
     return normalized_mse(e, z_aux @ sae.W_dec)
@@ -51,7 +51,7 @@ def default_k_aux(d_in: int) -> int:
     return max(1, 2 ** round(math.log2(max(1, d_in / 2))))
 
 
-@register("topk", pillar="sae")
+@register("topk", family="sae")
 class TopK(SparseAutoencoder):
     """z = ReLU(TopK_k((x − b_dec) W_enc + b_enc)): the k largest pre-activations of each token
     kept, the others zeroed (exactly k active per token unless some of the k are ≤ 0), trained
@@ -98,7 +98,7 @@ class TopK(SparseAutoencoder):
         return self.params.k_aux or default_k_aux(self.d_in)
 
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
-        return torch.where(topk_mask(pre, self.params.k), torch.relu(pre), torch.zeros_like(pre))
+        return torch.where(top_mask(pre, self.params.k), torch.relu(pre), torch.zeros_like(pre))
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         return self.activate(self.pre_acts(x))

@@ -9,13 +9,14 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from sparsebench.suite import registry
-from sparsebench.suite.flops import TrainFlopsCounter, layer_flops
 from sparsebench.suite.pillars.classification.execution import use_backend
+from sparsebench.suite.pillars.classification.flops import TrainFlopsCounter, layer_flops
 from sparsebench.suite.pillars.classification.lit import (
     ClassificationModule,
     FlopsCallback,
     RunContext,
 )
+from tests.methods.mask_methods import FAMILIES
 
 RECIPE = {
     "optimizer": "sgd",
@@ -67,8 +68,8 @@ def tiny_fit():
         )
         total = len(loader) * epochs
         ctx = make_ctx(model, total, len(loader), data)
-        info = registry.get_method(method)
-        m = info.cls(registry.build_params(method, params or {}), sparsity, ctx)
+        info = registry.get_method(method, FAMILIES)
+        m = info.cls(registry.build_params(method, params or {}, families=FAMILIES), sparsity, ctx)
         module = ClassificationModule(model, 3, RECIPE, total)
         use_backend(module.model, module.masks, execution)
         trainer = pl.Trainer(

@@ -36,24 +36,6 @@ class ClassificationPillar(Pillar):
     name = "classification"
     title = "Dynamic sparse training and pruning"
     families = FAMILIES
-    method_modules = (
-        "sparsebench.methods.dst.dense",
-        "sparsebench.methods.dst.static",
-        "sparsebench.methods.dst.set",
-        "sparsebench.methods.dst.rigl",
-        "sparsebench.methods.dst.snfs",
-        "sparsebench.methods.dst.mest",
-        "sparsebench.methods.dst.granet",
-        "sparsebench.methods.dst.topkast",
-        "sparsebench.methods.dst.acdc",
-        "sparsebench.methods.dst.arc",
-        "sparsebench.methods.dst.haste",
-        "sparsebench.methods.dst.cht",
-        "sparsebench.methods.dst.cht_channel",
-        "sparsebench.methods.pruning.magnitude",
-        "sparsebench.methods.pruning.gmp",
-        "sparsebench.methods.pruning.snip",
-    )
     spec_keys = ("tasks", "methods", "sparsities", "seeds", "execution", "infer", "distribution")
     columns = COLUMNS
     row_key = IDENT
@@ -151,7 +133,7 @@ class ClassificationPillar(Pillar):
                                     threads=data["threads"],
                                     batch=f"{task_name}/{method}/{setting.setting_id}",
                                     columns={
-                                        "family": info.pillar,
+                                        "family": info.family,
                                         "task": task_name,
                                         "dataset": task["dataset"],
                                         "model": task["model"],
@@ -246,8 +228,8 @@ def _example_task(method: str | None) -> tuple[str, dict[str, Any]]:
     if method is None:
         return _EXAMPLE_TASKS[0]
     from sparsebench.suite.data import DATASET_INFO
-    from sparsebench.suite.masks import prunable_layers
     from sparsebench.suite.models import build_model
+    from sparsebench.suite.pillars.classification.masks import prunable_layers
 
     info = registry.get_method(method, FAMILIES)
     params = registry.build_params(info, {}, "example")
@@ -291,8 +273,8 @@ def _preflight(spec: Spec) -> None:
     torchvision files are there (or may be downloaded), every method can act within the task's
     step budget. Catches at validation what would otherwise fail one job at a time."""
     from sparsebench.suite.data import DATASET_INFO, DatasetNotFoundError, check_available
-    from sparsebench.suite.masks import prunable_layers
     from sparsebench.suite.models import build_model
+    from sparsebench.suite.pillars.classification.masks import prunable_layers
 
     src, data = spec.source, spec.data
     for name, task in data["tasks"].items():

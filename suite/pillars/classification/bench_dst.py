@@ -37,7 +37,7 @@ WIDE1K_OUTPUT = (100, 1000)  # LeNet-300-100's output layer on wide1k: (in, out)
 
 
 def _ctx(model: nn.Module, input_shape: tuple[int, ...], seed: int):
-    from sparsebench.suite.flops import TrainFlopsCounter, layer_flops
+    from sparsebench.suite.pillars.classification.flops import TrainFlopsCounter, layer_flops
 
     from .lit import RunContext
 
@@ -70,8 +70,8 @@ def cht_regrowth(
     ratio ``element_ms / channel_ms``."""
     from sparsebench.methods.dst.cht import CHT
     from sparsebench.methods.dst.cht_channel import CHTChannel, expand_kernels
-    from sparsebench.suite.masks import n_keep, topk_mask
     from sparsebench.suite.models import build_model
+    from sparsebench.suite.pillars.classification.masks import n_keep, top_mask
 
     torch.manual_seed(seed)
     model = build_model("lenet5", input_shape, 10)
@@ -86,10 +86,10 @@ def cht_regrowth(
             for label, cls in (("element", CHT), ("channel", CHTChannel)):
                 method = cls(cls.Params(), s, _ctx(model, input_shape, seed))
                 if label == "element":
-                    mask = topk_mask(torch.rand(w.shape, generator=gen), n_keep(w.numel(), d))
+                    mask = top_mask(torch.rand(w.shape, generator=gen), n_keep(w.numel(), d))
                 else:
                     k = n_keep(w.shape[0] * w.shape[1], d)
-                    km = topk_mask(torch.rand(w.shape[:2], generator=gen), k)
+                    km = top_mask(torch.rand(w.shape[:2], generator=gen), k)
                     mask = expand_kernels(km, w.shape)
                 weight = w * mask
                 kept = method.remove(name, weight, mask)
@@ -129,7 +129,7 @@ def haste_kernel(
     load hits every variant alike."""
     from sparsebench.kernels import SparseLinear, get_backend
     from sparsebench.methods.dst.haste import HASTE, _row_topk
-    from sparsebench.suite.masks import topk_mask
+    from sparsebench.suite.pillars.classification.masks import top_mask
 
     from ..kernels.job import MaskedLinear
 
@@ -142,7 +142,7 @@ def haste_kernel(
     cols = _row_topk(torch.rand((n_groups, n_in), generator=gen), fan_in)
     haste_mask = HASTE.group_mask(cols, n_out, group_size)
     nnz = int(haste_mask.sum())
-    random_mask = topk_mask(torch.rand((n_out, n_in), generator=gen), nnz)
+    random_mask = top_mask(torch.rand((n_out, n_in), generator=gen), nnz)
     modules = {
         "dense": dense,
         "dense_mask": MaskedLinear(dense, random_mask),

@@ -1,7 +1,7 @@
 """Sparse execution of dst / pruning jobs: the spec's ``execution`` key.
 
 With ``execution: dense_mask`` (the default) masked layers run as dense weight × mask, which is
-what :class:`~sparsebench.suite.masks.MaskStore` enforces. With a kernel backend (``cpu``,
+what :class:`~.masks.MaskStore` enforces. With a kernel backend (``cpu``,
 ``torch_csr``, ``triton``) every masked ``nn.Linear`` is swapped for a :class:`KernelLinear`
 that computes ``y = x Wᵀ + b`` on the backend from the weight's values on the current mask, so
 training and inference wall-clock measure real sparse speed.
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sparsebench.suite.masks import MaskStore
+from sparsebench.suite.pillars.classification.masks import MaskStore
 
 DENSE_MASK = "dense_mask"
 

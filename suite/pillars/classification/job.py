@@ -55,10 +55,14 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader
 
-    from sparsebench.suite.connectivity import reachable_output_fraction
     from sparsebench.suite.data import batch_loader, load_dataset
-    from sparsebench.suite.flops import TrainFlopsCounter, layer_flops, sparse_forward_flops
     from sparsebench.suite.models import build_model
+    from sparsebench.suite.pillars.classification.connectivity import reachable_output_fraction
+    from sparsebench.suite.pillars.classification.flops import (
+        TrainFlopsCounter,
+        layer_flops,
+        sparse_forward_flops,
+    )
 
     from .execution import use_backend
     from .lit import ClassificationModule, ConnectivityCallback, FlopsCallback, RunContext

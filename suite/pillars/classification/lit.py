@@ -1,128 +1,28 @@
-"""Lightning pieces of the classification pillar (dst, pruning): the module, the run context
-handed to methods, the method base class and the FLOPs callback."""
+"""Lightning pieces of the classification pillar (dst, pruning): the module and the FLOPs
+callback (the methods' base class and run context are the family contract, in
+``methods/dst/base.py``)."""
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import Dataset
 from torchmetrics.classification import MulticlassAccuracy
 
-from sparsebench.suite.flops import TrainFlopsCounter
-from sparsebench.suite.masks import MaskStore
+from sparsebench.methods.dst.base import MaskMethod, RunContext
+from sparsebench.suite.pillars.classification.flops import TrainFlopsCounter
+from sparsebench.suite.pillars.classification.masks import MaskStore
 from sparsebench.suite.record import Diverged
+
+__all__ = ["DivergedError", "FlopsCallback", "MaskMethod", "RunContext"]
 
 
 class DivergedError(Diverged):
     """Training produced a non-finite loss."""
-
-
-@dataclass
-class RunContext:
-    """What a method may know about the run it is attached to.
-
-    Attributes:
-        total_steps: optimizer steps of the whole run (epochs x steps_per_epoch).
-        steps_per_epoch: optimizer steps per epoch.
-        epochs: training epochs.
-        batch_size: training batch size.
-        seed: the job's seed.
-        generator: a CPU ``torch.Generator`` seeded from ``seed``, for mask randomness.
-        flops: the training FLOPs counter (methods add their extra costs to it).
-        train_data: the training set, for methods that look at data (e.g. SNIP's batch).
-    """
-
-    total_steps: int
-    steps_per_epoch: int
-    epochs: int
-    batch_size: int
-    seed: int
-    generator: torch.Generator
-    flops: TrainFlopsCounter
-    train_data: Dataset
-
-
-class MaskMethod(pl.Callback):
-    """Base of DST and pruning methods: a Lightning callback that edits the module's
-    :class:`~sparsebench.suite.masks.MaskStore` (``pl_module.masks``) at the hooks it needs.
-
-    Subclasses define a ``Params`` dataclass and are registered with
-    ``@registry.register(name, pillar)``.
-    """
-
-    Params: type
-
-    #: Whether the method regrows connections during training (drop/grow, prune/regrow,
-    #: compress/decompress). Such a method times each of its mask updates with
-    #: :meth:`timed_update` (or :meth:`record_update`), and its records carry the sum and the
-    #: count (``regrowth_s``, ``regrowth_updates``); for the others both stay null: dense,
-    #: static, and the pruning methods (GMP prunes during training but never regrows: its
-    #: magnitude top-k steps are not the cost these columns compare).
-    updates_masks: ClassVar[bool] = False
-
-    def __init__(self, params: Any, sparsity: float, ctx: RunContext):
-        self.params = params
-        self.sparsity = float(sparsity)
-        self.density = 1.0 - self.sparsity
-        self.ctx = ctx
-        self.update_seconds: list[float] = []
-
-    def record_update(self, seconds: float) -> None:
-        """Count one mask update that took ``seconds`` of wall-clock."""
-        self.update_seconds.append(float(seconds))
-
-    @contextmanager
-    def timed_update(self, store: MaskStore | None = None) -> Iterator[None]:
-        """Time the enclosed block as one mask update (:meth:`record_update`). With ``store``
-        on a GPU, CUDA work is synchronised before and after so that the time is the
-        update's. Keep FLOPs bookkeeping and logging out of the block: the time is the
-        update's own (choosing what to drop and grow, installing the masks and initial
-        values)."""
-        cuda = store is not None and any(w.is_cuda for w in store.model.parameters())
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            if cuda:
-                torch.cuda.synchronize()
-            self.record_update(time.perf_counter() - t0)
-
-    def update_timing(self) -> tuple[float | None, int | None]:
-        """(total seconds, number) of the mask updates so far; (None, None) for a method that
-        never updates its masks (``updates_masks`` false)."""
-        if not self.updates_masks:
-            return None, None
-        return float(sum(self.update_seconds)), len(self.update_seconds)
-
-    @classmethod
-    def check_budget(cls, params: Any, total_steps: int) -> None:
-        """Raise ValueError if a run of ``total_steps`` optimizer steps is too short for the
-        method to act as published. Called by spec validation (before any job starts) and
-        again when the job starts. The default accepts any budget."""
-
-    @classmethod
-    def check_sparsity(cls, params: Any, sparsity: float) -> None:
-        """Raise ValueError if the method cannot reach ``sparsity`` with ``params`` (e.g. a
-        pruning-only method whose start is already sparser). Called by spec validation for
-        every sparsity of the spec and again when the job starts. The default accepts any."""
-
-    @classmethod
-    def check_model(cls, params: Any, layers: dict[str, nn.Module]) -> None:
-        """Raise ValueError if the method cannot act on a model with these prunable ``layers``
-        (name -> ``nn.Linear``/``nn.Conv2d``, in definition order), e.g. a CNN-only method on
-        an MLP; the message says what the method needs. Called by spec validation with a
-        freshly built model of each task. The default accepts any model."""
 
 
 class FlopsCallback(pl.Callback):
@@ -145,14 +45,14 @@ class FlopsCallback(pl.Callback):
 
 class ConnectivityCallback(pl.Callback):
     """Fraction of outputs reachable from the input at the start of training (after the
-    method's initial masks), see :mod:`sparsebench.suite.connectivity`."""
+    method's initial masks), see :mod:`sparsebench.suite.pillars.classification.connectivity`."""
 
     def __init__(self, input_shape: tuple[int, ...]):
         self.input_shape = tuple(input_shape)
         self.at_start: float | None = None
 
     def on_train_start(self, trainer, pl_module) -> None:
-        from sparsebench.suite.connectivity import reachable_output_fraction
+        from sparsebench.suite.pillars.classification.connectivity import reachable_output_fraction
 
         model, store = pl_module.model, pl_module.masks
         self.at_start = reachable_output_fraction(model, store, self.input_shape)

@@ -41,7 +41,7 @@ COLUMNS: dict[str, type] = {
     # the last update, which were barely trained (SET evolving until the last epochs).
     "trained_density": float,
     # Share of output units reachable from the input through active weights, after the
-    # method's initial masks and at the end (suite/connectivity.py); null where the test does
+    # method's initial masks and at the end (connectivity.py); null where the test does
     # not apply (LayerNorm/attention models). Below 1: part of the network is disconnected.
     "reachable_outputs_init": float,
     "reachable_outputs": float,

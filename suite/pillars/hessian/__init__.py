@@ -45,7 +45,6 @@ class HessianPillar(Pillar):
     name = "hessian"
     title = "Sparse Hessians by graph coloring"
     families = FAMILY
-    method_modules = ("sparsebench.methods.hessian.methods",)
     spec_keys = ("hessian",)
     columns = HESSIAN_COLUMNS
     row_key = ("system", "n_atoms", "potential", "method")

@@ -2,7 +2,7 @@
 
 The job is a Lightning module whose test loop computes one Hessian (one batch: the system), so
 it runs through the same ``Trainer`` as every other pillar (accelerator picked by Lightning).
-Methods are registered in the ``hessian`` family (:mod:`sparsebench.methods.hessian.methods`):
+Methods are registered in the ``hessian`` family (methods/hessian/):
 ``dense`` (vmapped HVPs against the identity), ``colored`` (star coloring + compressed HVPs,
 exact), ``truncated`` (colored with a pattern of K − 1 hops: an explicit approximation).
 """

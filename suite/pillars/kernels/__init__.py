@@ -39,7 +39,7 @@ class KernelsPillar(Pillar):
     name = "kernels"
     title = "Sparse kernels"
     families = FAMILY
-    method_modules = ("sparsebench.kernels.backends",)
+    method_packages = {"kernels": "sparsebench.kernels.backends"}
     spec_keys = ("kernels",)
     columns = KERNEL_COLUMNS
     row_key = ("backend", "op")

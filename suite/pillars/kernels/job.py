@@ -70,9 +70,9 @@ def useful_flops(op: str, nnz: int, batch: int) -> float:
 
 def random_mask(out_f: int, in_f: int, sparsity: float, gen: torch.Generator) -> torch.Tensor:
     """Unstructured uniform mask with exactly round((1 - sparsity)·out·in) ones (>= 1)."""
-    from sparsebench.suite.masks import n_keep, topk_mask
+    from sparsebench.suite.pillars.classification.masks import n_keep, top_mask
 
-    return topk_mask(torch.rand(out_f, in_f, generator=gen), n_keep(out_f * in_f, 1 - sparsity))
+    return top_mask(torch.rand(out_f, in_f, generator=gen), n_keep(out_f * in_f, 1 - sparsity))
 
 
 def two_four_mask(weight: torch.Tensor) -> torch.Tensor:

@@ -48,7 +48,6 @@ class MergingPillar(Pillar):
     name = "merging"
     title = "Model merging"
     families = FAMILY
-    method_modules = ("sparsebench.methods.merging",)
     spec_keys = ("merging",)
     columns = COLUMNS
     row_key = ("model", "method", "setting_id", "seed")

@@ -31,7 +31,6 @@ class SAEPillar(Pillar):
     name = "sae"
     title = "Sparse autoencoders"
     families = FAMILY
-    method_modules = ("sparsebench.methods.sae",)
     spec_keys = ("sae",)
     columns = COLUMNS
     row_key = ("activations", "width", "method", "setting_id", "seed")

@@ -5,9 +5,9 @@ from torch import nn
 
 import sparsebench.methods.dst.acdc  # noqa: F401  (registers "acdc")
 from sparsebench.methods.dst.acdc import AcDc, global_magnitude_masks, magnitude_masks
-from sparsebench.suite.masks import MaskStore, layer_densities, n_keep
-from sparsebench.suite.registry import RegistryError, build_params
+from sparsebench.suite.pillars.classification.masks import MaskStore, layer_densities, n_keep
 from tests.methods.conftest import MaskWatcher
+from tests.methods.mask_methods import RegistryError, build_params
 
 
 def _ctx(total_steps):

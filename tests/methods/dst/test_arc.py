@@ -5,9 +5,9 @@ from torch import nn
 import sparsebench.methods.dst.acdc  # noqa: F401  (registers "acdc")
 import sparsebench.methods.dst.arc  # noqa: F401  (registers "arc")
 from sparsebench.methods.dst.arc import Arc, mask_iou
-from sparsebench.suite.masks import MaskStore, layer_densities, n_keep
-from sparsebench.suite.registry import RegistryError, build_params
+from sparsebench.suite.pillars.classification.masks import MaskStore, layer_densities, n_keep
 from tests.methods.conftest import MaskWatcher
+from tests.methods.mask_methods import RegistryError, build_params
 
 FAST = {"check_interval": 1, "rewire_interval": 1}
 

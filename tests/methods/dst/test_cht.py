@@ -244,7 +244,7 @@ def test_end_fraction_stops_the_evolution_early(tiny_fit):
 
 
 def test_bad_params_are_refused():
-    from sparsebench.suite.registry import RegistryError, build_params
+    from tests.methods.mask_methods import RegistryError, build_params
 
     with pytest.raises(RegistryError, match="zeta must be in"):
         build_params("cht", {"zeta": 0.0})

@@ -14,9 +14,10 @@ from sparsebench.methods.dst.cht_channel import (
     modulation_weights,
 )
 from sparsebench.suite import registry
-from sparsebench.suite.masks import n_keep, prunable_layers
 from sparsebench.suite.pillars.classification.lit import ClassificationModule, FlopsCallback
+from sparsebench.suite.pillars.classification.masks import n_keep, prunable_layers
 from tests.methods.conftest import RECIPE, MaskWatcher, make_ctx
+from tests.methods.mask_methods import FAMILIES
 
 CONVS, LINEARS = ("0", "2"), ("6", "8")
 
@@ -47,7 +48,9 @@ def _cnn_fit(method, sparsity, params=None, epochs=4, extra_callbacks=()):
     loader = DataLoader(data, batch_size=16, shuffle=True, generator=shuffle)
     total = len(loader) * epochs
     ctx = make_ctx(model, total, len(loader), data, input_shape=(1, 8, 8))
-    m = registry.get_method(method).cls(registry.build_params(method, params or {}), sparsity, ctx)
+    m = registry.get_method(method, FAMILIES).cls(
+        registry.build_params(method, params or {}, families=FAMILIES), sparsity, ctx
+    )
     module = ClassificationModule(model, 3, RECIPE, total)
     trainer = pl.Trainer(
         max_epochs=epochs,

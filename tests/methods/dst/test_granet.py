@@ -5,8 +5,12 @@ from torch import nn
 
 import sparsebench.methods.dst.granet  # noqa: F401  (registers "granet")
 from sparsebench.methods.dst.granet import GraNet
-from sparsebench.suite.flops import TrainFlopsCounter, layer_flops, sparse_forward_flops
-from sparsebench.suite.masks import MaskStore, n_keep
+from sparsebench.suite.pillars.classification.flops import (
+    TrainFlopsCounter,
+    layer_flops,
+    sparse_forward_flops,
+)
+from sparsebench.suite.pillars.classification.masks import MaskStore, n_keep
 from tests.methods.conftest import MaskWatcher
 
 # tiny_fit: 160 examples, batch 16 -> 10 steps per epoch; 4 epochs = 40 steps.
@@ -190,7 +194,7 @@ def test_conv_update_keeps_exact_counts():
 
 
 def test_out_of_range_params_are_refused():
-    from sparsebench.suite.registry import RegistryError, build_params
+    from tests.methods.mask_methods import RegistryError, build_params
 
     with pytest.raises(RegistryError, match="initial_density must be in"):
         build_params("granet", {"initial_density": 1.5})

@@ -7,8 +7,8 @@ from torch import nn
 
 from sparsebench.methods.dst.haste import HASTE
 from sparsebench.methods.dst.rigl import RigL
-from sparsebench.suite.masks import layer_densities, n_keep
 from sparsebench.suite.models import build_model
+from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep
 from tests.methods.conftest import MaskWatcher
 
 OUT = "4"  # the tiny_fit model's output layer: Linear(16, 3)
@@ -230,7 +230,7 @@ def test_check_model_refuses_a_non_linear_output_layer():
         HASTE.check_model(HASTE.Params(), conv_last)
     with pytest.raises(ValueError, match="no prunable layer"):
         HASTE.check_model(HASTE.Params(), {})
-    from sparsebench.suite.masks import prunable_layers
+    from sparsebench.suite.pillars.classification.masks import prunable_layers
 
     HASTE.check_model(HASTE.Params(), prunable_layers(build_model("lenet300_100", (256,), 1000)))
 

@@ -7,7 +7,7 @@ from torch import nn
 
 import sparsebench.methods.dst.mest  # noqa: F401  (registers "mest")
 from sparsebench.methods.dst.mest import MEST
-from sparsebench.suite.masks import MaskStore, n_keep
+from sparsebench.suite.pillars.classification.masks import MaskStore, n_keep
 from tests.methods.conftest import MaskWatcher
 
 BATCH, STEPS = 16, 40  # tiny_fit: 160 examples, batch 16, 4 epochs
@@ -199,7 +199,7 @@ def test_too_short_runs_are_refused():
 
 
 def test_bad_params_are_refused():
-    from sparsebench.suite.registry import RegistryError, build_params
+    from tests.methods.mask_methods import RegistryError, build_params
 
     with pytest.raises(RegistryError, match="mutation_rate must be in"):
         build_params("mest", {"mutation_rate": 1.5})
@@ -208,7 +208,7 @@ def test_bad_params_are_refused():
 
 
 def test_registered_with_source():
-    from sparsebench.suite.registry import get_method
+    from tests.methods.mask_methods import get_method
 
     info = get_method("mest")
     assert info.cls is MEST and "MEST" in info.source and issubclass(MEST, pl.Callback)

@@ -45,7 +45,7 @@ def test_set_keeps_exact_layer_nnz_and_changes_topology_each_epoch(tiny_fit):
 
 
 def test_zeta_out_of_range_is_refused():
-    from sparsebench.suite.registry import RegistryError, build_params
+    from tests.methods.mask_methods import RegistryError, build_params
 
     with pytest.raises(RegistryError, match="zeta must be in"):
         build_params("set", {"zeta": 1.5})

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from sparsebench.methods.dst.snfs import SNFS
-from sparsebench.suite.masks import MaskStore
+from sparsebench.suite.pillars.classification.masks import MaskStore
 from tests.methods.conftest import MaskWatcher
 
 T, F = True, False
@@ -183,7 +183,7 @@ def test_too_short_run_is_refused():
 
 def test_bad_params_are_refused():
     import sparsebench.methods.dst.snfs  # noqa: F401
-    from sparsebench.suite.registry import RegistryError, build_params
+    from tests.methods.mask_methods import RegistryError, build_params
 
     with pytest.raises(RegistryError, match="prune_rate must be in"):
         build_params("snfs", {"prune_rate": 1.5})

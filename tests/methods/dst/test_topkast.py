@@ -8,8 +8,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import sparsebench.methods.dst.topkast  # noqa: F401  (registers "topkast")
 from sparsebench.methods.dst.topkast import TopKAST
-from sparsebench.suite.masks import MaskStore
 from sparsebench.suite.pillars.classification.lit import ClassificationModule, FlopsCallback
+from sparsebench.suite.pillars.classification.masks import MaskStore
 from tests.methods.conftest import RECIPE, MaskWatcher, make_ctx
 
 
@@ -222,7 +222,7 @@ def test_too_short_run_is_refused():
 
 
 def test_bad_params_are_refused():
-    from sparsebench.suite.registry import RegistryError, build_params
+    from tests.methods.mask_methods import RegistryError, build_params
 
     with pytest.raises(RegistryError, match="backward_density_ratio must be >= 1"):
         build_params("topkast", {"backward_density_ratio": 0.5})

@@ -111,7 +111,7 @@ def test_inputs_not_modified():
 
 
 def test_dare_ties_searches_lambda_then_k_then_p():
-    params = registry.build_params(registry.registered("merging")["dare_ties"], {})
+    params = registry.build_params(registry.all_methods(("merging",))["dare_ties"], {})
     assert params.k is None
     assert _stages(DareTies, params) == [
         (["lam"], [TIES_LAMBDA_GRID], {"k": 0.2, "p": 0.0}),
@@ -119,7 +119,7 @@ def test_dare_ties_searches_lambda_then_k_then_p():
         (["p"], [P_GRID], {}),
     ]
     fixed_k = registry.build_params(
-        registry.registered("merging")["dare_ties"], {"k": 0.2}
+        registry.all_methods(("merging",))["dare_ties"], {"k": 0.2}
     )  # an explicit k: not searched
     assert [st for st in _stages(DareTies, fixed_k) if st[0]] == [
         (["lam"], [TIES_LAMBDA_GRID], {"p": 0.0}),
@@ -127,7 +127,7 @@ def test_dare_ties_searches_lambda_then_k_then_p():
     ]
     # DARE-TA has no k: its two stages are unchanged
     assert _stages(
-        DareTA, registry.build_params(registry.registered("merging")["dare_ta"], {})
+        DareTA, registry.build_params(registry.all_methods(("merging",))["dare_ta"], {})
     ) == [
         (["lam"], [LAMBDA_GRID], {"p": 0.0}),
         (["p"], [P_GRID], {}),

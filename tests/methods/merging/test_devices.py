@@ -4,7 +4,6 @@ returns trunks with the base's keys, shapes, dtypes and device, and leaves its i
 import pytest
 import torch
 
-import sparsebench.methods.merging  # noqa: F401
 from sparsebench.methods.merging.base import MergeInputs
 from sparsebench.suite import registry
 from tests.methods.merging.conftest import FakeData, assert_unchanged, make_inputs, snapshot
@@ -36,7 +35,7 @@ class DeviceData(FakeData):
 
 
 def test_every_method_is_covered():
-    assert set(RESOLVED) == set(registry.registered("merging"))
+    assert set(RESOLVED) == set(registry.all_methods(("merging",)))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -51,7 +50,7 @@ def test_runs_on_device(name, device):
         data=DeviceData(device, 3, 0),
     )
     snap = snapshot(inputs)
-    info = registry.registered("merging")[name]
+    info = registry.all_methods(("merging",))[name]
     res = info.cls().merge(inputs, registry.build_params(info, RESOLVED[name]))
     trunks = res.per_task if res.per_task is not None else [res.state]
     for trunk in trunks:

@@ -113,7 +113,7 @@ def test_lambda_grid_reaches_below_0_1():
 
 
 def test_k_left_none_is_searched_after_lambda():
-    params = registry.build_params(registry.registered("merging")["ties"], {})
+    params = registry.build_params(registry.all_methods(("merging",))["ties"], {})
     assert params.k is None and params.lam is None
     # the pillar's stages: λ at k = 0.2, then k over {0.1, 0.2, 0.3} at the chosen λ
     assert _stages(Ties, params) == [
@@ -123,16 +123,16 @@ def test_k_left_none_is_searched_after_lambda():
     assert K_GRID == (0.1, 0.2, 0.3)
     # every candidate is accepted
     for k in K_GRID:
-        registry.build_params(registry.registered("merging")["ties"], {"k": k})
+        registry.build_params(registry.all_methods(("merging",))["ties"], {"k": k})
 
 
 def test_an_explicit_k_is_not_searched():
-    params = registry.build_params(registry.registered("merging")["ties"], {"k": 0.2})
+    params = registry.build_params(registry.all_methods(("merging",))["ties"], {"k": 0.2})
     stages = [st for st in _stages(Ties, params) if st[0]]  # run_merge drops empty stages
     assert stages == [(["lam"], [TIES_LAMBDA_GRID], {})]
-    both = registry.build_params(registry.registered("merging")["ties"], {"k": 0.3, "lam": 0.5})
+    both = registry.build_params(registry.all_methods(("merging",))["ties"], {"k": 0.3, "lam": 0.5})
     assert [st for st in _stages(Ties, both) if st[0]] == []  # nothing left to search
     lam_only = registry.build_params(
-        registry.registered("merging")["ties"], {"lam": 0.5}
+        registry.all_methods(("merging",))["ties"], {"lam": 0.5}
     )  # k alone is searched
     assert [st for st in _stages(Ties, lam_only) if st[0]] == [(["k"], [K_GRID], {})]

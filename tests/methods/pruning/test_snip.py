@@ -5,8 +5,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from sparsebench.methods.pruning.snip import SNIP
-from sparsebench.suite.masks import topk_mask
 from sparsebench.suite.pillars.classification.lit import ClassificationModule
+from sparsebench.suite.pillars.classification.masks import top_mask
 from tests.methods.conftest import RECIPE, make_ctx
 
 
@@ -24,7 +24,7 @@ def test_snip_keeps_top_abs_grad_times_weight():
     sal = torch.cat(
         [(g * w).abs().reshape(-1) for g, w in zip(grads, [model[0].weight, model[2].weight])]
     )
-    expected = topk_mask(sal, 15)  # 25% of 60 weights
+    expected = top_mask(sal, 15)  # 25% of 60 weights
 
     module = ClassificationModule(model, 3, RECIPE, 10)
     snip.on_fit_start(None, module)

@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 
-import sparsebench.methods.sae  # noqa: F401
 from sparsebench.methods.sae.base import TrainState
 from sparsebench.methods.sae.batchtopk import BatchTopK, batch_topk
 from sparsebench.methods.sae.gated import Gated
@@ -155,9 +154,9 @@ def test_matryoshka_prefixes_reconstruct_from_their_own_latents_only():
     assert "prefix_mse" in out.parts
 
 
-@pytest.mark.parametrize("name", list(registry.registered("sae")))
+@pytest.mark.parametrize("name", list(registry.all_methods(("sae",))))
 def test_every_architecture_shapes_loss_and_gradients(name):
-    info = registry.registered("sae")[name]
+    info = registry.all_methods(("sae",))[name]
     sae = info.cls(D, M, info.params_cls(), seed=1)
     x = _x()
     out = sae(x, TrainState(frac=0.5, dead=torch.ones(M, dtype=torch.bool)))

@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 
-import sparsebench.methods.sae  # noqa: F401
 from sparsebench.methods.sae import metrics
 from sparsebench.methods.sae.module import TrainConfig, input_scale, train_flops, train_sae
 from sparsebench.methods.sae.relu_l1 import ReluL1
@@ -68,10 +67,10 @@ def test_dead_latents_are_counted_over_the_token_window(data):
     assert longer.dead_fraction == 0.0  # nothing can be dead before the window has passed
 
 
-@pytest.mark.parametrize("name", list(registry.registered("sae")))
+@pytest.mark.parametrize("name", list(registry.all_methods(("sae",))))
 def test_every_architecture_trains(name, data):
     x, _ = data
-    info = registry.registered("sae")[name]
+    info = registry.all_methods(("sae",))[name]
     params = info.params_cls()
     if hasattr(params, "k"):
         params.k = 4

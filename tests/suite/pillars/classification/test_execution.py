@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from sparsebench.kernels import BackendUnavailableError
-from sparsebench.suite.masks import MaskStore
 from sparsebench.suite.pillars.classification.execution import KernelLinear, use_backend
+from sparsebench.suite.pillars.classification.masks import MaskStore
 from tests.methods.conftest import tiny_fit  # noqa: F401 - the fixture
 
 CPU_BACKENDS = ["cpu", "torch_csr"]
@@ -84,7 +84,9 @@ def test_dst_run_on_cpu_kernel_matches_dense_mask(tiny_fit, method, params):  # 
 
 def test_bad_backend_names_the_allowed_ones():
     model = _model()
-    with pytest.raises(ValueError, match="allowed: dense_mask, torch_csr, cpu"):
+    with pytest.raises(
+        ValueError, match="allowed: dense_mask, cpu, semi_structured, torch_csr, triton"
+    ):
         use_backend(model, MaskStore(model), "cuda_magic")
 
 

@@ -2,13 +2,13 @@ import pytest
 import torch
 from torch import nn
 
-from sparsebench.suite.masks import (
+from sparsebench.suite.pillars.classification.masks import (
     MaskStore,
     erk_densities,
     layer_densities,
     n_keep,
     prunable_layers,
-    topk_mask,
+    top_mask,
     uniform_densities,
 )
 
@@ -53,7 +53,7 @@ def test_erk_dense_first_layer_is_outside_the_budget():
 
 
 def test_topk_and_n_keep():
-    m = topk_mask(torch.tensor([[0.1, 5.0], [3.0, -1.0]]), 2)
+    m = top_mask(torch.tensor([[0.1, 5.0], [3.0, -1.0]]), 2)
     assert m.tolist() == [[False, True], [True, False]]
     assert n_keep(100, 0.054) == 5
     assert n_keep(100, 0.0001) == 1  # a layer never loses every weight
@@ -126,6 +126,6 @@ def test_global_topk_masks_rank_across_layers():
         "0": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
         "1": torch.tensor([[10.0, 20.0], [0.5, 0.6]]),
     }
-    store.global_topk_masks(0.5, scores)
+    store.global_top_masks(0.5, scores)
     assert store.masks["0"].tolist() == [[False, False], [True, True]]
     assert store.masks["1"].tolist() == [[True, True], [False, False]]

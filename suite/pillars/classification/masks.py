@@ -126,7 +126,7 @@ def n_keep(numel: int, density: float) -> int:
     return max(1, min(numel, int(round(density * numel))))
 
 
-def topk_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+def top_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Boolean mask of the ``k`` largest entries of ``scores`` (same shape). Ties are broken by
     ``torch.topk``'s order, which is deterministic on CPU."""
     flat = scores.reshape(-1)
@@ -240,22 +240,22 @@ class MaskStore:
                 self.set_mask(name, None)
                 continue
             scores = torch.rand(w.shape, generator=generator).to(w.device)
-            self.set_mask(name, topk_mask(scores, n_keep(w.numel(), d)))
+            self.set_mask(name, top_mask(scores, n_keep(w.numel(), d)))
 
     @torch.no_grad()
-    def global_topk_masks(self, density: float, scores: Mapping[str, torch.Tensor]) -> None:
+    def global_top_masks(self, density: float, scores: Mapping[str, torch.Tensor]) -> None:
         """Keep the ``density`` fraction of all prunable weights with the largest ``scores``,
         ranked jointly across layers (global pruning). Every layer keeps at least one weight."""
         names = list(self.layers)
         flat = torch.cat([scores[n].reshape(-1).float() for n in names])
         k = n_keep(flat.numel(), density)
-        keep = topk_mask(flat, k)
+        keep = top_mask(flat, k)
         start = 0
         for n in names:
             numel = self.weight(n).numel()
             m = keep[start : start + numel].view_as(self.weight(n))
             if not m.any():  # never disconnect a layer entirely
-                m = topk_mask(scores[n], 1)
+                m = top_mask(scores[n], 1)
             self.set_mask(n, m if not bool(m.all()) else None)
             start += numel
 
@@ -276,14 +276,14 @@ class MaskStore:
         if distribution == "global":
             if dense_first_layer:
                 raise ValueError("dense_first_layer needs distribution erk or uniform")
-            self.global_topk_masks(density, scores)
+            self.global_top_masks(density, scores)
             return
         if distribution not in DISTRIBUTIONS:
             raise ValueError(f"unknown distribution {distribution!r}; allowed: {ALLOCATIONS}")
         densities = layer_densities(self.shapes, density, distribution, dense_first_layer)
         for name, d in densities.items():
             numel = self.weight(name).numel()
-            self.set_mask(name, None if d >= 1.0 else topk_mask(scores[name], n_keep(numel, d)))
+            self.set_mask(name, None if d >= 1.0 else top_mask(scores[name], n_keep(numel, d)))
 
     def trained_density(self, min_steps: int) -> float:
         """Share of prunable weights that are active and have been active for at least

@@ -16,7 +16,7 @@ import copy
 import torch
 from torch import nn
 
-from sparsebench.suite.masks import MaskStore
+from sparsebench.suite.pillars.classification.masks import MaskStore
 
 # Layers whose output is not a monotone function of non-negative inputs (LayerNorm subtracts the
 # mean, attention's softmax mixes tokens): the all-ones test does not apply to them.

@@ -3,9 +3,9 @@
 import torch
 from torch import nn
 
-from sparsebench.suite.connectivity import reachable_output_fraction
-from sparsebench.suite.masks import MaskStore
 from sparsebench.suite.models import build_model
+from sparsebench.suite.pillars.classification.connectivity import reachable_output_fraction
+from sparsebench.suite.pillars.classification.masks import MaskStore
 
 
 def _mlp():

@@ -1,7 +1,11 @@
 import pytest
 from torch import nn
 
-from sparsebench.suite.flops import TrainFlopsCounter, layer_flops, sparse_forward_flops
+from sparsebench.suite.pillars.classification.flops import (
+    TrainFlopsCounter,
+    layer_flops,
+    sparse_forward_flops,
+)
 
 
 def test_linear_and_conv_flops_at_a_density():

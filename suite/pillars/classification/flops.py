@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from sparsebench.suite.masks import prunable_layers
+from sparsebench.suite.pillars.classification.masks import prunable_layers
 
 
 def layer_flops(model: nn.Module, input_shape: tuple[int, ...]) -> dict[str, int]:

@@ -1,0 +1,125 @@
+"""The method contract of the ``dst`` and ``pruning`` families: a Lightning callback that edits
+the module's mask store, and the run context it is handed.
+
+A method is one file in ``methods/dst/`` or ``methods/pruning/``: a :class:`MaskMethod`
+subclass registered with ``@register(name, family="dst")`` (or ``"pruning"``), its ``Params``
+(the paper's defaults) and its docstring (``Source:``, and what is ours). The family hooks
+below (:meth:`MaskMethod.check_budget`, :meth:`~MaskMethod.check_sparsity`,
+:meth:`~MaskMethod.check_model`) are called by spec validation for every task, sparsity and
+setting, before any job starts, and again when the job starts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from sparsebench.suite.method import Method
+from sparsebench.suite.pillars.classification.flops import TrainFlopsCounter
+from sparsebench.suite.pillars.classification.masks import MaskStore
+
+
+@dataclass
+class RunContext:
+    """What a method may know about the run it is attached to.
+
+    Attributes:
+        total_steps: optimizer steps of the whole run (epochs x steps_per_epoch).
+        steps_per_epoch: optimizer steps per epoch.
+        epochs: training epochs.
+        batch_size: training batch size.
+        seed: the job's seed.
+        generator: a CPU ``torch.Generator`` seeded from ``seed``, for mask randomness.
+        flops: the training FLOPs counter (methods add their extra costs to it).
+        train_data: the training set, for methods that look at data (e.g. SNIP's batch).
+    """
+
+    total_steps: int
+    steps_per_epoch: int
+    epochs: int
+    batch_size: int
+    seed: int
+    generator: torch.Generator
+    flops: TrainFlopsCounter
+    train_data: Dataset
+
+
+class MaskMethod(pl.Callback, Method):
+    """Base of DST and pruning methods: a Lightning callback that edits the module's
+    :class:`~sparsebench.suite.pillars.classification.masks.MaskStore` (``pl_module.masks``)
+    at the hooks it needs.
+
+    Subclasses define a ``Params`` dataclass and are registered with
+    ``@register(name, family="dst")`` (or ``"pruning"``).
+    """
+
+    #: Whether the method regrows connections during training (drop/grow, prune/regrow,
+    #: compress/decompress). Such a method times each of its mask updates with
+    #: :meth:`timed_update` (or :meth:`record_update`), and its records carry the sum and the
+    #: count (``regrowth_s``, ``regrowth_updates``); for the others both stay null: dense,
+    #: static, and the pruning methods (GMP prunes during training but never regrows: its
+    #: magnitude top-k steps are not the cost these columns compare).
+    updates_masks: ClassVar[bool] = False
+
+    def __init__(self, params: Any, sparsity: float, ctx: RunContext):
+        self.params = params
+        self.sparsity = float(sparsity)
+        self.density = 1.0 - self.sparsity
+        self.ctx = ctx
+        self.update_seconds: list[float] = []
+
+    def record_update(self, seconds: float) -> None:
+        """Count one mask update that took ``seconds`` of wall-clock."""
+        self.update_seconds.append(float(seconds))
+
+    @contextmanager
+    def timed_update(self, store: MaskStore | None = None) -> Iterator[None]:
+        """Time the enclosed block as one mask update (:meth:`record_update`). With ``store``
+        on a GPU, CUDA work is synchronised before and after so that the time is the
+        update's. Keep FLOPs bookkeeping and logging out of the block: the time is the
+        update's own (choosing what to drop and grow, installing the masks and initial
+        values)."""
+        cuda = store is not None and any(w.is_cuda for w in store.model.parameters())
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if cuda:
+                torch.cuda.synchronize()
+            self.record_update(time.perf_counter() - t0)
+
+    def update_timing(self) -> tuple[float | None, int | None]:
+        """(total seconds, number) of the mask updates so far; (None, None) for a method that
+        never updates its masks (``updates_masks`` false)."""
+        if not self.updates_masks:
+            return None, None
+        return float(sum(self.update_seconds)), len(self.update_seconds)
+
+    @classmethod
+    def check_budget(cls, params: Any, total_steps: int) -> None:
+        """Raise ValueError if a run of ``total_steps`` optimizer steps is too short for the
+        method to act as published. Called by spec validation (before any job starts) and
+        again when the job starts. The default accepts any budget."""
+
+    @classmethod
+    def check_sparsity(cls, params: Any, sparsity: float) -> None:
+        """Raise ValueError if the method cannot reach ``sparsity`` with ``params`` (e.g. a
+        pruning-only method whose start is already sparser). Called by spec validation for
+        every sparsity of the spec and again when the job starts. The default accepts any."""
+
+    @classmethod
+    def check_model(cls, params: Any, layers: dict[str, nn.Module]) -> None:
+        """Raise ValueError if the method cannot act on a model with these prunable ``layers``
+        (name -> ``nn.Linear``/``nn.Conv2d``, in definition order), e.g. a CNN-only method on
+        an MLP; the message says what the method needs. Called by spec validation with a
+        freshly built model of each task. The default accepts any model."""
