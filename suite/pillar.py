@@ -185,6 +185,8 @@ class Pillar:
     extra_method_names: ClassVar[tuple[str, ...]] = ()
     plots: ClassVar[tuple[Plot, ...]] = ()
     batch_max: ClassVar[int] = 0
+    # The column an ok row must carry (None: the first metric's).
+    ok_metric_column: ClassVar[str | None] = None
 
     def method_package(self, family: str) -> str:
         """The package whose modules register ``family``'s built-in methods."""
@@ -241,28 +243,96 @@ class Pillar:
         return {}
 
     # ------------------------------------------------------------------ table and board
+    # By convention a pillar package holds ``table.py`` (its pandera model: a CommonSchema
+    # subclass with the pillar's own checks, and optionally ROW_PROBLEMS, check name ->
+    # row -> message) and ``board.py`` (``write_leaderboard(runs, out_dir)`` and
+    # ``summary(runs, top)``); the spine finds them by name. A one-module pillar overrides
+    # :meth:`own_table`, :meth:`board` and :meth:`summary` instead.
     @property
-    def table(self) -> type:
-        """The pandera DataFrameModel of the runs table (common columns + the pillar's)."""
+    def ok_metric(self) -> str | None:
+        """The column every ``ok`` row carries."""
+        if self.ok_metric_column:
+            return self.ok_metric_column
+        return self.metrics[0].name if self.metrics else None
+
+    def method_names(self) -> list[str]:
+        """The values :attr:`method_column` may hold: the families' registered methods and
+        :attr:`extra_method_names`."""
+        from sparsebench.suite.registry import all_methods
+
+        return [*all_methods(self.families), *self.extra_method_names]
+
+    def _module(self, name: str) -> Any:
+        """``<pillar package>.<name>``, or None for a one-module pillar or a missing module."""
+        package = type(self).__module__
+        if not hasattr(importlib.import_module(package), "__path__"):
+            return None
+        try:
+            return importlib.import_module(f"{package}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{package}.{name}":
+                raise
+            return None
+
+    def own_table(self) -> type | None:
+        """The pillar's own pandera model (its columns' checks): the one
+        :class:`~sparsebench.suite.schemas.CommonSchema` subclass defined in its ``table.py``;
+        None: the common columns and :attr:`columns` only."""
         from sparsebench.suite.schemas import CommonSchema
 
-        return CommonSchema
+        module = self._module("table")
+        if module is None:
+            return None
+        found = [
+            v
+            for v in vars(module).values()
+            if isinstance(v, type)
+            and issubclass(v, CommonSchema)
+            and v.__module__ == module.__name__
+        ]
+        if len(found) != 1:
+            raise PillarError(
+                f"pillar {self.name!r}: {module.__name__} must define exactly one CommonSchema "
+                f"subclass, found {len(found)}"
+            )
+        return found[0]
+
+    @property
+    def table(self) -> type:
+        """The pandera DataFrameModel of the runs table: :meth:`own_table` plus the checks
+        every pillar's table has (:func:`~sparsebench.suite.schemas.pillar_table`)."""
+        cached = self.__dict__.get("_table")
+        if cached is None:
+            from sparsebench.suite.schemas import pillar_table
+
+            cached = self.__dict__["_table"] = pillar_table(self, self.own_table())
+        return cached
 
     def table_rows(self, record: dict[str, Any]) -> list[dict[str, Any]]:
         """The runs-table rows of one record (default: the record itself)."""
         return [record]
 
     def row_problems(self) -> dict[str, Any]:
-        """Dataframe-check name -> ``row -> message`` for readable table errors."""
-        return {}
+        """Dataframe-check name -> ``row -> message`` for readable table errors: the generated
+        checks' and the table module's ``ROW_PROBLEMS``."""
+        from sparsebench.suite.schemas import pillar_problems
+
+        module = self._module("table")
+        return {**pillar_problems(self), **getattr(module, "ROW_PROBLEMS", {})}
 
     def board(self, runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
-        """Write ``leaderboard.{md,csv,json}`` and :attr:`plots` into ``out_dir``."""
-        raise NotImplementedError
+        """Write ``leaderboard.{md,csv,json}`` and :attr:`plots` into ``out_dir`` (default:
+        ``board.write_leaderboard``)."""
+        module = self._module("board")
+        if module is None:
+            raise NotImplementedError(f"pillar {self.name!r} has no board.py and no board()")
+        return module.write_leaderboard(runs, out_dir)
 
     def summary(self, runs: pl.DataFrame, top: int = 3) -> str:
-        """A few Markdown lines of the board's top rows for ``summary.md``."""
-        return ""
+        """A few plain-text lines of the board's top rows; ``summary.md`` shows them in a code
+        block (default: ``board.summary``, else none)."""
+        module = self._module("board")
+        return module.summary(runs, top) if module is not None else ""
 
     def add_commands(self, subparsers: Any) -> None:
         """Add the pillar's own ``sparsebench`` subcommands to the argparse ``subparsers``

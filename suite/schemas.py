@@ -109,6 +109,69 @@ class CommonSchema(pa.DataFrameModel):
         return data.lazyframe.select((ok | has_error).fill_null(True))
 
 
+def pillar_table(pillar: Any, base: type[CommonSchema] | None = None) -> type[CommonSchema]:
+    """The runs-table model of ``pillar``: ``base`` (its own checks; default
+    :class:`CommonSchema`) plus what every pillar's table needs, generated from the pillar's
+    declaration rather than written again in each table:
+
+    * every column of ``pillar.columns`` that ``base`` does not declare, nullable, of its type;
+    * rows unique on ``cell_id`` and the pillar's ``row_key``;
+    * ``registered_method``: on an ``ok`` row the ``method_column`` holds a method registered
+      in the pillar's families or one of its ``extra_method_names`` (a cell that failed
+      before it ran a method may name a placeholder, as the kernels' ``all``);
+    * ``ok_has_metric``: an ``ok`` row carries the pillar's :attr:`ok_metric` (default: its
+      first metric).
+    """
+    base = base or CommonSchema
+    declared = set(base.to_schema().columns)
+    extra = {c: t for c, t in pillar.columns.items() if c not in declared}
+    method_col, metric = pillar.method_column, pillar.ok_metric
+
+    class Config:
+        strict = False
+        unique = ["cell_id", *pillar.row_key]
+
+    def registered(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        ok = pl.col("status") == "ok"
+        known = pl.col(method_col).is_in(pillar.method_names())
+        return data.lazyframe.select((~ok | known).fill_null(True))
+
+    def ok_has_metric(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        ok = pl.col("status") == "ok"
+        return data.lazyframe.select((~ok | pl.col(metric).is_not_null()).fill_null(True))
+
+    attrs: dict[str, Any] = {
+        "__module__": base.__module__,
+        "__annotations__": dict(extra),
+        "Config": Config,
+        "registered_method": pa.dataframe_check(classmethod(registered)),
+        **{c: pa.Field(nullable=True) for c in extra},
+    }
+    if metric:
+        attrs["ok_has_metric"] = pa.dataframe_check(classmethod(ok_has_metric))
+    name = base.__name__ if base is not CommonSchema else f"{pillar.name.title()}Schema"
+    return type(name, (base,), attrs)
+
+
+def pillar_problems(pillar: Any) -> dict[str, Callable[[dict[str, Any]], str]]:
+    """Readable messages of :func:`pillar_table`'s generated checks."""
+    method_col, metric = pillar.method_column, pillar.ok_metric
+
+    def unregistered(row: dict[str, Any]) -> str:
+        allowed = ", ".join(pillar.method_names())
+        return (
+            f"column '{method_col}' = {row.get(method_col)!r} is not a registered method of "
+            f"{'/'.join(pillar.families)}; allowed: {allowed}"
+        )
+
+    return {
+        "registered_method": unregistered,
+        "ok_has_metric": lambda row: (
+            f"column '{metric}' is null but status is 'ok' (ok rows carry their metric)"
+        ),
+    }
+
+
 def finite_check(*columns: str):
     """A pandera column check: the float ``columns`` are finite where present (JSON records
     may hold NaN/Infinity, and polars orders NaN above every number, so ge(0) alone lets NaN

@@ -242,13 +242,13 @@ def write_summary(bench_folder: Path, top: int = 3, log: str | None = None) -> P
             continue
         runs = pl.read_parquet(table)
         n_ok = runs.filter(pl.col("status") == "ok").height
+        top_rows = pillars[name].summary(runs, top).strip("\n")
         lines += [
             f"## {pillars[name].title or name}",
             "",
             f"[{name}/leaderboard.md]({name}/leaderboard.md): {runs.height} row(s), {n_ok} ok.",
             "",
-            pillars[name].summary(runs, top).rstrip(),
-            "",
+            *([f"```\n{_fence_safe(top_rows)}\n```", ""] if top_rows else []),
         ]
     out = paths.summary_in(bench_folder)
     text = "\n".join(lines).rstrip() + "\n"
@@ -256,6 +256,11 @@ def write_summary(bench_folder: Path, top: int = 3, log: str | None = None) -> P
     if log:
         Path(log).write_text(f"{out}\n")
     return out
+
+
+def _fence_safe(text: str) -> str:
+    """Text that cannot close its code block early (a spec string holding ``` would)."""
+    return text.replace("```", "`\u200b``")
 
 
 def rebuild(bench_folder: Path, incremental: bool = True) -> dict[str, pl.DataFrame]:

@@ -9,21 +9,10 @@ import os
 import time
 from pathlib import Path
 
-import pandera.polars as pa
 import polars as pl
 
 from sparsebench.suite.boards import write_board_files
 from sparsebench.suite.pillar import Cell, Metric, Pillar, register_pillar
-from sparsebench.suite.schemas import CommonSchema
-
-
-class ToySchema(CommonSchema):
-    value: float
-    square: float = pa.Field(ge=0.0, nullable=True)
-
-    class Config:
-        strict = False
-        unique = ["cell_id"]
 
 
 @register_pillar
@@ -33,7 +22,8 @@ class ToyPillar(Pillar):
     name = "toy"
     title = "Toy"
     spec_keys = ("toy",)
-    columns = {"value": float, "square": float}
+    columns = {"value": float, "square": float}  # the runs table: common columns + these
+    extra_method_names = ("square",)  # the cells' method: the toy registers no method family
     metrics = (Metric("square", "", True, "the value squared"),)
 
     def example(self, method=None):
@@ -71,10 +61,6 @@ class ToyPillar(Pillar):
         if cell.columns["value"] < 0:
             raise ValueError("negative values are refused")
         return {"square": cell.columns["value"] ** 2}
-
-    @property
-    def table(self):
-        return ToySchema
 
     def board(self, runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
         board = runs.filter(pl.col("status") == "ok").select("value", "square").sort("value")

@@ -22,7 +22,7 @@ from sparsebench.suite import registry
 from sparsebench.suite.pillar import Cell, Metric, Pillar, Plot, register_pillar
 from sparsebench.suite.spec import Spec, SpecError, expand_grid
 
-from .table import COLUMNS, IDENT, ROW_PROBLEMS
+from .table import COLUMNS, IDENT
 
 FAMILIES = ("dst", "pruning")
 DENSE = "dense_mask"  # the default execution: masked layers as dense weight x mask
@@ -169,26 +169,6 @@ class ClassificationPillar(Pillar):
         if isinstance(data, Exception):
             raise data
         return run_classification(spec, cell, data)
-
-    # ------------------------------------------------------------------ table and board
-    @property
-    def table(self) -> type:
-        from .table import ClassificationSchema
-
-        return ClassificationSchema
-
-    def row_problems(self) -> dict[str, Any]:
-        return ROW_PROBLEMS
-
-    def board(self, runs, out_dir: Path) -> dict[str, Path]:
-        from .board import write_leaderboard
-
-        return write_leaderboard(runs, out_dir)
-
-    def summary(self, runs, top: int = 3) -> str:
-        from .board import print_top
-
-        return "```\n" + print_top(runs, n=top) + "\n```"
 
 
 def settings(spec: Spec, method: str):

@@ -336,8 +336,8 @@ def read_leaderboard(out_dir: Path) -> pl.DataFrame:
     return pl.read_json(path, schema=LEADERBOARD_SCHEMA)
 
 
-def print_top(source: Path | pl.DataFrame, n: int = 3) -> str:
-    """A short text of the best ``n`` rows per (task, sparsity), for the terminal.
+def summary(source: Path | pl.DataFrame, top: int = 3) -> str:
+    """A short text of the best ``top`` rows per (task, sparsity), for the terminal.
 
     ``source`` is a folder holding ``leaderboard.json``, a leaderboard frame, or a runs frame
     (recognised by its ``status`` column; the leaderboard is built from it). Raises
@@ -351,7 +351,7 @@ def print_top(source: Path | pl.DataFrame, n: int = 3) -> str:
     for (task, sparsity), part in board.group_by(["task", "target_sparsity"], maintain_order=True):
         label = "dense reference" if sparsity == 0.0 else f"sparsity {100 * sparsity:g}%"
         lines.append(f"{task} @ {label}")
-        for r in part.head(n).to_dicts():
+        for r in part.head(top).to_dicts():
             rank = "-" if r["rank"] is None else str(r["rank"])
             flops = _times(r["train_flops_rel_dense_mean"])
             name = r["method"] if r["setting_id"] == "default" else f"{r['method']}[{r['setting']}]"

@@ -130,16 +130,7 @@ class ClassificationSchema(CommonSchema):
     regrowth_s: float = pa.Field(ge=0.0, nullable=True)
     regrowth_updates: int = pa.Field(ge=0, nullable=True)
 
-    class Config:
-        strict = False
-        unique = ["cell_id"]
-
     _finite = finite_check(*FINITE_COLUMNS)
-
-    @pa.dataframe_check
-    def ok_has_test_acc(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        ok = pl.col("status") == "ok"
-        return data.lazyframe.select((~ok | pl.col("test_acc").is_not_null()).fill_null(True))
 
     @pa.dataframe_check
     def failed_has_no_metrics(cls, data: pa.PolarsData) -> pl.LazyFrame:
@@ -168,9 +159,6 @@ def _failed_metrics(row: dict[str, Any]) -> str:
 
 
 ROW_PROBLEMS = {
-    "ok_has_test_acc": lambda row: (
-        "column 'test_acc' is null but status is 'ok' (ok rows need a test accuracy)"
-    ),
     "failed_has_no_metrics": _failed_metrics,
     "dense_at_zero_sparsity": lambda row: (
         f"column 'target_sparsity' = {row.get('target_sparsity')!r} with method "

@@ -48,6 +48,7 @@ class HessianPillar(Pillar):
     spec_keys = ("hessian",)
     columns = HESSIAN_COLUMNS
     row_key = ("system", "n_atoms", "potential", "method")
+    ok_metric_column = "wall_s"
     metrics = (
         Metric("n_colors", "", False, "coordinate colors = compressed HVPs (3N for dense)"),
         Metric("n_hvps", "", False, "Hessian-vector products computed"),
@@ -147,19 +148,3 @@ class HessianPillar(Pillar):
             h["seed"],
         )
         return run_hessian_job(job, cell.threads)
-
-    @property
-    def table(self) -> type:
-        from .table import HessianRunsSchema
-
-        return HessianRunsSchema
-
-    def board(self, runs, out_dir: Path) -> dict[str, Path]:
-        from .board import write_leaderboard
-
-        return write_leaderboard(runs, out_dir)
-
-    def summary(self, runs, top: int = 3) -> str:
-        from .board import summary
-
-        return "```\n" + summary(runs) + "\n```"

@@ -93,9 +93,10 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def summary(runs: pl.DataFrame) -> str:
+def summary(runs: pl.DataFrame, top: int = 3) -> str:
     """A few lines for the terminal: per (system, potential) the colored Hessian's colors, worst
-    error, speed-up at the largest size with a dense reference, and scaling exponent."""
+    error, speed-up at the largest size with a dense reference, and scaling exponent (every
+    pair: ``top`` does not apply)."""
     ok = runs.filter(pl.col("status") == "ok")
     expo = {
         (r["system"], r["potential"]): (r["exponent"], r["exponent_per_hvp"])

@@ -196,22 +196,6 @@ class KernelsPillar(Pillar):
             return [{**cell, "backend": "all", "op": "all"}]
         return [{**cell, "method": r.get("backend", cell.get("method")), **r} for r in rows]
 
-    @property
-    def table(self) -> type:
-        from .table import KernelRunsSchema
-
-        return KernelRunsSchema
-
-    def board(self, runs, out_dir: Path) -> dict[str, Path]:
-        from .board import write_leaderboard
-
-        return write_leaderboard(runs, out_dir)
-
-    def summary(self, runs, top: int = 3) -> str:
-        from .board import summary
-
-        return "```\n" + summary(runs) + "\n```"
-
 
 def _cmd_kernels(args) -> int:
     """``sparsebench kernels``: every registered backend and whether it runs here."""

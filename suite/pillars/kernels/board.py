@@ -131,7 +131,7 @@ def break_even(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFr
     return pl.DataFrame(rows, schema=schema).sort(keys)
 
 
-def summary(runs: pl.DataFrame) -> str:
+def summary(runs: pl.DataFrame, top: int = 3) -> str:
     """Lines for the terminal: the goals' verdicts and the best backend per headline cell."""
     lines = []
     for r in goals(runs).iter_rows(named=True):

@@ -56,15 +56,6 @@ class KernelRunsSchema(CommonSchema):
     speedup_vs_dense_mask: float = pa.Field(gt=0.0, nullable=True)
     max_abs_err: float = pa.Field(ge=0.0, nullable=True)
 
-    class Config:
-        strict = False
-        unique = ["cell_id", "backend", "op"]
-
-    @pa.dataframe_check
-    def ok_rows_have_times(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        ok = pl.col("status") == "ok"
-        return data.lazyframe.select((~ok | pl.col("ms_median").is_not_null()).fill_null(True))
-
     @pa.dataframe_check
     def percentiles_ordered(cls, data: pa.PolarsData) -> pl.LazyFrame:
         good = (pl.col("ms_p10") <= pl.col("ms_median")) & (pl.col("ms_median") <= pl.col("ms_p90"))

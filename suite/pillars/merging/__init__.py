@@ -280,23 +280,6 @@ class MergingPillar(Pillar):
         params = registry.build_params(info, json.loads(cell.params_json), families=FAMILY)
         return run_in_lightning(lambda: run_merge(state.batch(cell), info.cls, params, cell.seed))
 
-    # ------------------------------------------------------------------ table and board
-    @property
-    def table(self) -> type:
-        from .table import MergingSchema
-
-        return MergingSchema
-
-    def board(self, runs, out_dir: Path) -> dict[str, Path]:
-        from .board import write_leaderboard
-
-        return write_leaderboard(runs, out_dir)
-
-    def summary(self, runs, top: int = 3) -> str:
-        from .board import summary
-
-        return "```\n" + summary(runs, top) + "\n```"
-
 
 def settings(spec: Spec, method: str):
     """The parameter settings of ``method`` in the spec's merging section (grid expanded)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pandera.polars as pa
-import polars as pl
 
 from sparsebench.suite.schemas import CommonSchema
 
@@ -53,21 +52,3 @@ class MergingSchema(CommonSchema):
     merge_s: float = pa.Field(ge=0.0, nullable=True)
     examples: int = pa.Field(ge=0, nullable=True)
     peak_mem_mb: float = pa.Field(ge=0.0, nullable=True)
-
-    class Config:
-        strict = False
-        unique = ["cell_id"]
-
-    @pa.check("method", name="registered_merging_method")
-    def _registered(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        from sparsebench.suite.registry import all_methods
-
-        from .job import REFERENCES
-
-        known = [*all_methods(("merging",)), *REFERENCES]
-        return data.lazyframe.select(pl.col(data.key).is_in(known))
-
-    @pa.dataframe_check
-    def ok_rows_have_metrics(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        ok = pl.col("status") == "ok"
-        return data.lazyframe.select((~ok | pl.col("norm_acc").is_not_null()).fill_null(True))

@@ -177,22 +177,6 @@ class SAEPillar(Pillar):
             info, params, acts, cell.columns["width"], spec.data["sae"]["train"], cell.seed
         )
 
-    @property
-    def table(self) -> type:
-        from .table import SAESchema
-
-        return SAESchema
-
-    def board(self, runs, out_dir: Path) -> dict[str, Path]:
-        from .board import write_leaderboard
-
-        return write_leaderboard(runs, out_dir)
-
-    def summary(self, runs, top: int = 3) -> str:
-        from .board import summary
-
-        return "```\n" + summary(runs, top) + "\n```"
-
 
 def settings(spec: Spec, method: str):
     """The parameter settings of ``method`` in the spec's sae section (grid expanded)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pandera.polars as pa
-import polars as pl
 
 from sparsebench.suite.schemas import CommonSchema
 
@@ -61,18 +60,3 @@ class SAESchema(CommonSchema):
     recovery_rate: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     train_flops: float = pa.Field(ge=0.0, nullable=True)
     train_s: float = pa.Field(ge=0.0, nullable=True)
-
-    class Config:
-        strict = False
-        unique = ["cell_id"]
-
-    @pa.check("method", name="registered_sae_method")
-    def _registered(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        from sparsebench.suite.registry import all_methods
-
-        return data.lazyframe.select(pl.col(data.key).is_in(list(all_methods(("sae",)))))
-
-    @pa.dataframe_check
-    def ok_rows_have_metrics(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        ok = pl.col("status") == "ok"
-        return data.lazyframe.select((~ok | pl.col("fvu").is_not_null()).fill_null(True))

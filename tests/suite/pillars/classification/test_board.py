@@ -17,8 +17,8 @@ from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.pillars.classification.board import (
     LEADERBOARD_SCHEMA,
     build_leaderboard,
-    print_top,
     read_leaderboard,
+    summary,
     write_leaderboard,
 )
 from sparsebench.suite.pillars.classification.table import COLUMNS
@@ -281,14 +281,14 @@ def test_markdown_content(tmp_path, runs) -> None:
     assert "RuntimeError: out of memory" in md and "loss is nan at step 3" in md
 
 
-def test_print_top(tmp_path, runs) -> None:
+def test_summary(tmp_path, runs) -> None:
     write_leaderboard(runs, tmp_path)
-    text = print_top(tmp_path, n=1)
+    text = summary(tmp_path, top=1)
     assert f"{TASK} @ sparsity 90%" in text and f"{TASK} @ dense reference" in text
     assert "rigl" in text and "set" not in text.split(f"{TASK} @ sparsity 90%")[1].split("\n")[1]
-    assert print_top(runs, n=1) == text  # a runs frame gives the same text
+    assert summary(runs, top=1) == text  # a runs frame gives the same text
     with pytest.raises(TableError, match="no leaderboard"):
-        print_top(tmp_path / "empty")
+        summary(tmp_path / "empty")
 
 
 def test_settings_are_shown_by_their_parameters(make_record, tmp_path) -> None:
