@@ -158,7 +158,10 @@ class Pillar:
             run several families.
         method_packages: family -> the package holding its methods, where it is not
             ``sparsebench.methods.<family>`` (the registry discovers the modules in it).
-        spec_keys: top-level spec keys this pillar owns; a spec with any of them has cells
+        spec_keys: top-level spec keys this pillar owns (one section, named for the pillar);
+            a spec with any of them has cells of this pillar.
+        moved_keys: top-level keys of an older spec shape that now live inside the section;
+            a spec that still has one is refused with the new shape (never guessed).
             of this pillar.
         columns: record column -> python type (str, int, float, bool) of the pillar's own
             columns; the common ones are in :data:`~sparsebench.suite.record.COMMON_COLUMNS`.
@@ -176,6 +179,7 @@ class Pillar:
     families: ClassVar[tuple[str, ...]] = ()
     method_packages: ClassVar[dict[str, str]] = {}
     spec_keys: ClassVar[tuple[str, ...]] = ()
+    moved_keys: ClassVar[tuple[str, ...]] = ()
     columns: ClassVar[dict[str, type]] = {}
     row_key: ClassVar[tuple[str, ...]] = ()
     metrics: ClassVar[tuple[Metric, ...]] = ()

@@ -248,6 +248,7 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the spec must be a YAML mapping, got {type(data).__name__}")
     _refuse_non_finite(data, source)
+    _refuse_moved_keys(data, source)
     schema = _schema(data)
     data = copy.deepcopy(data)
     errors = sorted(
@@ -281,6 +282,27 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
         except registry.RegistryError as e:
             raise SpecError(str(e)) from None
     return spec
+
+
+def _refuse_moved_keys(data: dict[str, Any], source: str) -> None:
+    """A top-level key that a pillar's section now holds: refuse it, showing the new shape."""
+    from sparsebench.suite.pillar import all_pillars
+
+    for p in all_pillars().values():
+        moved = [k for k in data if k in p.moved_keys]
+        if moved:
+            section = p.spec_keys[0]
+            indented = "\n".join(
+                "  " + line
+                for line in yaml.safe_dump({k: data[k] for k in moved}, sort_keys=False)
+                .rstrip()
+                .splitlines()
+            )
+            raise SpecError(
+                f"{source}: {', '.join(moved)}: these keys belong to the `{section}:` section "
+                f"now (every pillar owns one section); move them under it:\n{section}:\n"
+                f"{indented}"
+            )
 
 
 def _check_claims(spec: Spec) -> None:

@@ -14,17 +14,18 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = """
 benchmark: tiny
 data_root: {data}
-infer: {{batch_size: 8, repeats: 2}}
-tasks:
-  digits_mlp:
-    dataset: digits
-    model: lenet300_100
-    recipe: {{epochs: 1, batch_size: 64, lr: 0.05}}
-methods:
-  dense: {{}}
-  rigl: {{update_interval: 5}}
-sparsities: [0.9]
-seeds: [0]
+classification:
+  infer: {{batch_size: 8, repeats: 2}}
+  tasks:
+    digits_mlp:
+      dataset: digits
+      model: lenet300_100
+      recipe: {{epochs: 1, batch_size: 64, lr: 0.05}}
+  methods:
+    dense: {{}}
+    rigl: {{update_interval: 5}}
+  sparsities: [0.9]
+  seeds: [0]
 """
 
 
@@ -66,7 +67,10 @@ def test_mixed_spec_end_to_end_reruns_nothing_then_only_what_changed(tmp_path):
     """Classification (with execution: cpu) + hessian + kernels in one spec: each pillar's
     files in its own folder; a rerun does nothing; a changed parameter reruns only its cells;
     retry-failed reruns only the failed cell."""
-    spec = TINY.format(data=tmp_path / "data") + "execution: cpu\n" + HESSIAN + KERNELS
+    tiny = TINY.format(data=tmp_path / "data").replace(
+        "  seeds: [0]\n", "  seeds: [0]\n  execution: cpu\n"
+    )
+    spec = tiny + HESSIAN + KERNELS
     (tmp_path / "tiny.yaml").write_text(spec)
     run = _snakemake(tmp_path, "--cores", "2")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -61,9 +61,9 @@ def test_leaderboard_on_an_empty_folder_is_a_clear_error(tmp_path, capsys):
 
 def test_validate_reports_a_bad_spec_with_exit_2(tmp_path, capsys):
     spec = tmp_path / "s.yaml"
-    spec.write_text("benchmark: x\ntasks: {}\nmethods: {dense: {}}\n")
+    spec.write_text("benchmark: x\nclassification: {tasks: {}, methods: {dense: {}}}\n")
     assert main(["validate", str(spec)]) == 2
-    assert "s.yaml: tasks" in capsys.readouterr().err
+    assert "s.yaml: classification.tasks" in capsys.readouterr().err
 
 
 def test_validate_into_a_closed_pipe_is_not_a_traceback(monkeypatch):

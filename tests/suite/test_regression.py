@@ -37,7 +37,7 @@ def _run(tmp_path, pillar_name, cell_id, methods=None):
     spec = load(DEFAULT)
     spec.data["data_root"] = str(tmp_path / "data")
     if methods is not None:
-        spec.data["methods"] = methods
+        spec.data["classification"]["methods"] = methods
     pillar = get_pillar(pillar_name)
     cell = next(c for c in pillar.cells(spec) if c.id == cell_id)
     [record] = run_batch(spec, pillar, [cell], root=tmp_path, progress=lambda m: None)
@@ -49,7 +49,7 @@ def test_rigl_cell_of_the_default_spec_is_unchanged(tmp_path):
     """RigL at its defaults (ERK, update at step 0) on the default spec's task."""
     methods = {"rigl": {}}
     spec = load(DEFAULT)
-    spec.data["methods"] = methods
+    spec.data["classification"]["methods"] = methods
     [cell] = [c for c in get_pillar("classification").cells(spec) if c.id.endswith("s0.9/seed0")]
     rec = _run(tmp_path, "classification", cell.id, methods)
     assert {k: rec[k] for k in RIGL_090_SEED0[0]} in RIGL_090_SEED0

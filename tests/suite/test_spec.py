@@ -6,8 +6,7 @@ import yaml
 from sparsebench.suite import paths
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
 
-BASE = {
-    "benchmark": "t",
+SECTION = {
     "tasks": {
         "d": {
             "dataset": "digits",
@@ -19,6 +18,7 @@ BASE = {
     "sparsities": [0.5, 0.9],
     "seeds": [0, 1],
 }
+BASE = {"benchmark": "t", "classification": SECTION}
 
 
 def _write(tmp_path: Path, data, name="spec.yaml") -> Path:
@@ -27,12 +27,13 @@ def _write(tmp_path: Path, data, name="spec.yaml") -> Path:
     return p
 
 
-def _with(**changes):
+def _with(top: bool = False, **changes):
+    """BASE with ``a__b=value`` set inside the classification section (``top``: at top level)."""
     import copy
 
     d = copy.deepcopy(BASE)
     for dotted, value in changes.items():
-        node = d
+        node = d if top else d["classification"]
         *parents, last = dotted.split("__")
         for k in parents:
             node = node[k]
@@ -57,7 +58,7 @@ def test_grid_and_defaults(tmp_path):
     spec = load(_write(tmp_path, BASE))
     cells = spec.cells("classification")
     assert len(cells) == 2 + 2 * 2 * 2  # dense per seed; rigl 2 settings x 2 sparsities x 2 seeds
-    assert spec.data["tasks"]["d"]["recipe"]["momentum"] == 0.9  # schema default filled in
+    assert spec.data["classification"]["tasks"]["d"]["recipe"]["momentum"] == 0.9  # default
     labels = {c.setting_id: c for c in cells if c.method == "rigl"}
     assert len(labels) == 2 and "default" not in labels  # update_interval 5 is not the default
 
@@ -65,7 +66,10 @@ def test_grid_and_defaults(tmp_path):
 @pytest.mark.parametrize(
     "data, expected",
     [
-        (_with(bogus=1), ["(top level)", "unknown key 'bogus'", "allowed keys:", "benchmark"]),
+        (
+            _with(top=True, bogus=1),
+            ["(top level)", "unknown key 'bogus'", "allowed keys:", "benchmark"],
+        ),
         (_with(tasks__d__recipe__lrr=0.1), ["tasks.d.recipe", "unknown key 'lrr'", "epochs"]),
         (_with(methods={"rigl2": {}}), ["methods.rigl2", "unknown method 'rigl2'", "rigl, set"]),
         (
@@ -113,9 +117,9 @@ def test_yaml_12_floats_are_numbers_and_duplicate_keys_are_refused(tmp_path):
     text = yaml.safe_dump(BASE).replace("lr: 0.1", "lr: 1e-3")
     assert "lr: 1e-3" in text
     spec = load(_write_text(tmp_path, text))
-    assert spec.data["tasks"]["d"]["recipe"]["lr"] == 0.001
-    dup = text + "methods:\n  set: {}\n"
-    with pytest.raises(SpecError, match="duplicate key 'methods'"):
+    assert spec.data["classification"]["tasks"]["d"]["recipe"]["lr"] == 0.001
+    dup = text + "benchmark: again\n"
+    with pytest.raises(SpecError, match="duplicate key 'benchmark'"):
         load(_write_text(tmp_path, dup))
 
 
@@ -167,4 +171,17 @@ def test_execution_backend_must_run_here(tmp_path, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(SpecError, match="execution: backend 'triton' cannot run here: .*GPU"):
         load(_write(tmp_path, _with(execution="triton")))
-    assert load(_write(tmp_path, _with(execution="cpu"))).data["execution"] == "cpu"
+    spec = load(_write(tmp_path, _with(execution="cpu")))
+    assert spec.data["classification"]["execution"] == "cpu"
+
+
+def test_the_old_top_level_shape_is_refused_with_the_new_one(tmp_path):
+    old = {"benchmark": "t", **SECTION}
+    with pytest.raises(SpecError) as e:
+        load(_write(tmp_path, old, "old.yaml"))
+    msg = str(e.value)
+    # the keys in the file's order (safe_dump sorts them)
+    assert msg.startswith(f"{tmp_path / 'old.yaml'}: methods, seeds, sparsities, tasks: ")
+    assert "belong to the `classification:` section" in msg
+    shown = yaml.safe_load(msg.split("move them under it:\n", 1)[1])
+    assert shown == {"classification": SECTION}  # the new shape, ready to paste

@@ -1,11 +1,12 @@
 """The classification pillar: dynamic sparse training (``dst``) and pruning (``pruning``) on
 image classification tasks, one cell per (task, method setting, sparsity, seed).
 
-Spec keys: ``tasks`` (dataset, model, recipe), ``methods`` (a list value is a grid axis),
-``sparsities``, ``seeds``, ``execution`` (how masked layers run) and ``infer`` (inference
-timing). The dense baseline ignores ``sparsities`` and runs once per (task, seed) at
-sparsity 0. Cells of one (task, method setting) share a process (batch): the dataset is loaded
-once and every seed and sparsity runs after it.
+Spec section ``classification:``: ``tasks`` (dataset, model, recipe), ``methods`` (a list value
+is a grid axis), ``sparsities``, ``seeds``, ``distribution`` (one layer-wise allocation for every
+sparse method), ``execution`` (how masked layers run) and ``infer`` (inference timing). The
+dense baseline ignores ``sparsities`` and runs once per (task, seed) at sparsity 0. Cells of one
+(task, method setting) share a process (batch): the dataset is loaded once and every seed and
+sparsity runs after it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from sparsebench.suite.spec import Spec, SpecError, expand_grid
 from .table import COLUMNS, IDENT
 
 FAMILIES = ("dst", "pruning")
-DENSE = "dense_mask"  # the default execution: masked layers as dense weight x mask
+KEY = "classification"
 
 
 @register_pillar
@@ -36,7 +37,8 @@ class ClassificationPillar(Pillar):
     name = "classification"
     title = "Dynamic sparse training and pruning"
     families = FAMILIES
-    spec_keys = ("tasks", "methods", "sparsities", "seeds", "execution", "infer", "distribution")
+    spec_keys = (KEY,)
+    moved_keys = ("tasks", "methods", "sparsities", "seeds", "execution", "infer", "distribution")
     columns = COLUMNS
     row_key = IDENT
     metrics = (
@@ -59,10 +61,12 @@ class ClassificationPillar(Pillar):
         methods = {method: {}} if method else {"dense": {}, "rigl": {}}
         name, task = _example_task(method)
         return {
-            "infer": {"batch_size": 8, "repeats": 2},
-            "tasks": {name: task},
-            "methods": methods,
-            "sparsities": [0.9],
+            KEY: {
+                "infer": {"batch_size": 8, "repeats": 2},
+                "tasks": {name: task},
+                "methods": methods,
+                "sparsities": [0.9],
+            }
         }
 
     def schema(self) -> dict[str, Any]:
@@ -70,40 +74,24 @@ class ClassificationPillar(Pillar):
 
         frag = json.loads(Path(__file__).with_name("section.schema.json").read_text())
         # Backends that take any (unstructured) mask can run a masked layer during training.
-        frag["execution"]["enum"] = [n for n, b in BACKENDS.items() if b.unstructured]
+        props = frag[KEY]["properties"]
+        props["execution"]["enum"] = [n for n, b in BACKENDS.items() if b.unstructured]
         return frag
 
-    def present(self, data) -> bool:
-        """``tasks`` or ``methods`` (they go together), or a non-default ``execution``, which
-        :meth:`check` refuses without tasks. ``sparsities``, ``seeds`` and ``infer`` alone
-        make no cells: a pillar present without cells would have no records to aggregate."""
-        return "tasks" in data or "methods" in data or data.get("execution", DENSE) != DENSE
-
     def check(self, spec: Spec) -> None:
-        src, data = spec.source, spec.data
-        if "tasks" not in data and "methods" not in data:
-            raise SpecError(
-                f"{src}: execution: {data['execution']!r} applies to dst/pruning `tasks`, and "
-                "this spec has none; remove the key (the kernels section lists its own "
-                "`backends`)"
-            )
-        if ("tasks" in data) != ("methods" in data):
-            missing = "methods" if "tasks" in data else "tasks"
-            raise SpecError(
-                f"{src}: (top level): `tasks` and `methods` go together; `{missing}` is missing"
-            )
+        src, data = spec.source, spec.data[KEY]
         _check_registries(data, src)
         for method in data["methods"]:
             settings(spec, method)  # builds every Params: names and types checked here
         methods = registry.all_methods(FAMILIES)
         if any(methods[m].sparse for m in data["methods"]) and not data["sparsities"]:
-            raise SpecError(f"{src}: sparsities: sparse methods need at least one sparsity")
+            raise SpecError(f"{src}: {KEY}.sparsities: sparse methods need at least one sparsity")
         _preflight(spec)
         _check_execution(data, src)
 
     # ------------------------------------------------------------------ cells
     def cells(self, spec: Spec) -> list[Cell]:
-        data = spec.data
+        data = spec.data[KEY]
         out = []
         for task_name, task in data.get("tasks", {}).items():
             for method in task_methods(data, task_name):
@@ -130,7 +118,7 @@ class ClassificationPillar(Pillar):
                                     setting_id=setting.setting_id,
                                     seed=seed,
                                     trigger=trigger,
-                                    threads=data["threads"],
+                                    threads=spec.data["threads"],
                                     batch=f"{task_name}/{method}/{setting.setting_id}",
                                     columns={
                                         "family": info.family,
@@ -153,7 +141,7 @@ class ClassificationPillar(Pillar):
 
         data = {}
         for task_name in dict.fromkeys(c.columns["task"] for c in cells):
-            task = spec.data["tasks"][task_name]
+            task = spec.data[KEY]["tasks"][task_name]
             try:
                 data[task_name] = load_dataset(
                     task["dataset"], spec.data["data_root"], spec.data["allow_download"]
@@ -176,15 +164,15 @@ def settings(spec: Spec, method: str):
     ``distribution`` fills the method's ``distribution`` parameter where the method has one
     and the spec's ``methods.<name>`` does not set it."""
     info = registry.get_method(method, FAMILIES)
-    raw = dict(spec.data["methods"][method] or {})
-    shared = spec.data.get("distribution")
+    raw = dict(spec.data[KEY]["methods"][method] or {})
+    shared = spec.data[KEY].get("distribution")
     fields = {f.name for f in dataclasses.fields(info.cls.Params)}
-    where = f"{spec.source}: methods.{method}"
+    where = f"{spec.source}: {KEY}.methods.{method}"
     if shared is not None and "distribution" in fields and "distribution" not in raw:
         raw["distribution"] = shared
         where = (
-            f"{spec.source}: methods.{method} (with the spec's distribution: {shared!r}; "
-            "global is for pruning methods and acdc/arc)"
+            f"{spec.source}: {KEY}.methods.{method} (with the section's distribution: "
+            f"{shared!r}; global is for pruning methods and acdc/arc)"
         )
     return expand_grid(info, raw, where)
 
@@ -226,7 +214,8 @@ def _example_task(method: str | None) -> tuple[str, dict[str, Any]]:
 
 
 def task_methods(data: dict[str, Any], task_name: str) -> list[str]:
-    """The spec's methods that run on task ``task_name`` (its ``methods`` list, else all)."""
+    """The section's methods that run on task ``task_name`` (its ``methods`` list, else all);
+    ``data`` is the ``classification`` section."""
     only = data["tasks"][task_name].get("methods")
     return [m for m in data["methods"] if only is None or m in only]
 
@@ -243,7 +232,7 @@ def _check_execution(data: dict[str, Any], source: str) -> None:
         ok, why = False, "it needs a CUDA GPU to train (TRITON_INTERPRET=1 is for tests only)"
     if not ok:
         raise SpecError(
-            f"{source}: execution: backend {name!r} cannot run here: {why}; "
+            f"{source}: {KEY}.execution: backend {name!r} cannot run here: {why}; "
             "use dense_mask or another backend (`sparsebench kernels` lists them)"
         )
 
@@ -256,18 +245,18 @@ def _preflight(spec: Spec) -> None:
     from sparsebench.suite.models import build_model
     from sparsebench.suite.pillars.classification.masks import prunable_layers
 
-    src, data = spec.source, spec.data
+    src, data, top = spec.source, spec.data[KEY], spec.data
     for name, task in data["tasks"].items():
         info = DATASET_INFO[task["dataset"]]
         try:
             model = build_model(task["model"], info.input_shape, info.num_classes)
         except ValueError as e:
-            raise SpecError(f"{src}: tasks.{name}.model: {e}") from None
+            raise SpecError(f"{src}: {KEY}.tasks.{name}.model: {e}") from None
         layers = prunable_layers(model)
         try:
-            check_available(task["dataset"], data["data_root"], data["allow_download"])
+            check_available(task["dataset"], top["data_root"], top["allow_download"])
         except DatasetNotFoundError as e:
-            raise SpecError(f"{src}: tasks.{name}.dataset: {e}") from None
+            raise SpecError(f"{src}: {KEY}.tasks.{name}.dataset: {e}") from None
         recipe = task["recipe"]
         steps_per_epoch = math.ceil(info.n_train / recipe["batch_size"])
         total_steps = steps_per_epoch * recipe["epochs"]
@@ -286,7 +275,8 @@ def _preflight(spec: Spec) -> None:
                             cls.check_sparsity(setting.params, sparsity)
                 except ValueError as e:
                     raise SpecError(
-                        f"{src}: methods.{method} (setting {setting.label}) on tasks.{name}: {e}"
+                        f"{src}: {KEY}.methods.{method} (setting {setting.label}) on "
+                        f"{KEY}.tasks.{name}: {e}"
                     ) from None
 
 
@@ -297,27 +287,27 @@ def _check_registries(data: dict[str, Any], source: str) -> None:
     for name, task in data["tasks"].items():
         if task["dataset"] not in DATASETS:
             raise SpecError(
-                f"{source}: tasks.{name}.dataset: unknown dataset {task['dataset']!r}; "
+                f"{source}: {KEY}.tasks.{name}.dataset: unknown dataset {task['dataset']!r}; "
                 f"allowed: {', '.join(sorted(DATASETS))}"
             )
         if task["model"] not in MODELS:
             raise SpecError(
-                f"{source}: tasks.{name}.model: unknown model {task['model']!r}; "
+                f"{source}: {KEY}.tasks.{name}.model: unknown model {task['model']!r}; "
                 f"allowed: {', '.join(sorted(MODELS))}"
             )
     known = registry.all_methods(FAMILIES)
     for method, params in data["methods"].items():
         if method not in known:
             raise SpecError(
-                f"{source}: methods.{method}: unknown method {method!r}; "
+                f"{source}: {KEY}.methods.{method}: unknown method {method!r}; "
                 f"registered methods: {', '.join(sorted(known))}"
             )
         if params is not None and not isinstance(params, dict):
-            raise SpecError(f"{source}: methods.{method}: expected a mapping of parameters")
+            raise SpecError(f"{source}: {KEY}.methods.{method}: expected a mapping of parameters")
     for name, task in data["tasks"].items():
         extra = [m for m in task.get("methods", []) if m not in data["methods"]]
         if extra:
             raise SpecError(
-                f"{source}: tasks.{name}.methods: {', '.join(map(repr, extra))} not in the "
-                f"spec's `methods`; allowed: {', '.join(data['methods'])}"
+                f"{source}: {KEY}.tasks.{name}.methods: {', '.join(map(repr, extra))} not in "
+                f"the section's `methods`; allowed: {', '.join(data['methods'])}"
             )

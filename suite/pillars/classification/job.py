@@ -68,10 +68,13 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     from .lit import ClassificationModule, ConnectivityCallback, FlopsCallback, RunContext
 
     quiet_lightning()
-    task = spec.data["tasks"][cell.columns["task"]]
+    sec = spec.data["classification"]
+    task = sec["tasks"][cell.columns["task"]]
     recipe = task["recipe"]
     info = registry.get_method(cell.method, FAMILIES)
-    params = registry.build_params(info, json.loads(cell.params_json), f"methods.{cell.method}")
+    params = registry.build_params(
+        info, json.loads(cell.params_json), f"classification.methods.{cell.method}"
+    )
     seed, sparsity = cell.seed, cell.columns["target_sparsity"]
 
     pl.seed_everything(seed, workers=True, verbose=False)
@@ -100,13 +103,13 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         train_data=data.train,
     )
     module = ClassificationModule(model, data.num_classes, recipe, total_steps)
-    use_backend(module.model, module.masks, spec.data["execution"])
+    use_backend(module.model, module.masks, sec["execution"])
     method = info.cls(params, sparsity, ctx)
     connectivity = ConnectivityCallback(data.input_shape)
     trainer = pl.Trainer(
         max_epochs=recipe["epochs"],
         # The cpu kernels take CPU tensors: such a job stays on the CPU even next to a GPU.
-        accelerator="cpu" if spec.data["execution"] in CPU_EXECUTION else "auto",
+        accelerator="cpu" if sec["execution"] in CPU_EXECUTION else "auto",
         devices=1,
         logger=False,
         enable_checkpointing=False,
@@ -117,7 +120,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         # method first: FLOPs and connectivity see its masks
         callbacks=[method, FlopsCallback(counter), connectivity],
     )
-    if spec.data["execution"] != "dense_mask":
+    if sec["execution"] != "dense_mask":
         # One untimed forward builds/loads the kernel backend (the cpu extension's first load
         # compiles it, about a minute) so that train_wall_s times training only. No weight
         # changes and no random number is drawn, so the run itself is unchanged.
@@ -138,11 +141,11 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     masked_out = store.total - store.total_nnz
     params_total = sum(p.numel() for p in model.parameters())
 
-    infer_bs = spec.data["infer"]["batch_size"]
+    infer_bs = sec["infer"]["batch_size"]
     x_test = data.test.tensors[0]
     reps = math.ceil(infer_bs / len(x_test))
     x_inf = x_test.repeat(reps, *[1] * (x_test.dim() - 1))[:infer_bs].to(module.device)
-    infer = inference_ms(module.model, x_inf, spec.data["infer"]["repeats"])
+    infer = inference_ms(module.model, x_inf, sec["infer"]["repeats"])
     # Wall-clock of the method's mask updates (MaskMethod.timed_update); null when it has none.
     regrowth_s, regrowth_updates = method.update_timing()
 

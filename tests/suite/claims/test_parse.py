@@ -129,8 +129,8 @@ def test_ids_are_names_and_unique_across_files(claim_file):
 def test_a_spec_names_its_claim_files_and_they_are_checked(claim_file, tmp_path):
     recipe = {"epochs": 1, "batch_size": 64, "lr": 0.05}
     task = {"dataset": "digits", "model": "lenet300_100", "recipe": recipe}
-    base = {"benchmark": "b", "tasks": {"t": task},
-            "methods": {"static": {}}, "sparsities": [0.9], "seeds": [0]}  # fmt: skip
+    section = {"tasks": {"t": task}, "methods": {"static": {}}, "sparsities": [0.9], "seeds": [0]}
+    base = {"benchmark": "b", "classification": section}
     good = claim_file([one(**{**ORDER, "a": {"method": "static"}})])
     assert validate({**base, "claims": [str(good)]}, "s.yaml").data["claims"] == [str(good)]
     with pytest.raises(SpecError, match=r"s\.yaml: claims: .*missing\.yaml: claim file not"):

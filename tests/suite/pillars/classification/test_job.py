@@ -28,18 +28,21 @@ def _spec(tmp_path, **recipe):
         {
             "benchmark": "t",
             "data_root": str(tmp_path / "data"),
-            "infer": {"batch_size": 8, "repeats": 2},
-            "tasks": {
-                "d": {"dataset": "digits", "model": "lenet300_100", "recipe": r},
+            "classification": {
+                "infer": {"batch_size": 8, "repeats": 2},
+                "tasks": {
+                    "d": {"dataset": "digits", "model": "lenet300_100", "recipe": r},
+                },
+                "methods": {"rigl": {"update_interval": 5}},
+                "sparsities": [0.9],
+                "seeds": [0, 3, 4],
             },
-            "methods": {"rigl": {"update_interval": 5}},
-            "sparsities": [0.9],
-            "seeds": [0, 3, 4],
         },
         source="test.yaml",
     )
     # A task whose files vanish after validation (validation itself refuses a missing dataset).
-    spec.data["tasks"]["m"] = {**spec.data["tasks"]["d"], "dataset": "mnist"}
+    tasks = spec.data["classification"]["tasks"]
+    tasks["m"] = {**tasks["d"], "dataset": "mnist"}
     return spec
 
 
@@ -118,17 +121,23 @@ def test_records_carry_the_mask_update_wall_clock(tmp_path):
         {
             "benchmark": "t",
             "data_root": str(tmp_path / "data"),
-            "infer": {"batch_size": 8, "repeats": 2},
-            "tasks": {
-                "d": {
-                    "dataset": "digits",
-                    "model": "lenet300_100",
-                    "recipe": {"epochs": 3, "batch_size": 64, "lr": 0.05},
-                }
+            "classification": {
+                "infer": {"batch_size": 8, "repeats": 2},
+                "tasks": {
+                    "d": {
+                        "dataset": "digits",
+                        "model": "lenet300_100",
+                        "recipe": {"epochs": 3, "batch_size": 64, "lr": 0.05},
+                    }
+                },
+                "methods": {
+                    "cht": {"early_stop": False},
+                    "rigl": {"update_interval": 5},
+                    "static": {},
+                },
+                "sparsities": [0.9],
+                "seeds": [0],
             },
-            "methods": {"cht": {"early_stop": False}, "rigl": {"update_interval": 5}, "static": {}},
-            "sparsities": [0.9],
-            "seeds": [0],
         },
         source="test.yaml",
     )

@@ -1,4 +1,4 @@
-"""Classification spec keys of issue 11: the shared `distribution`, per-task `methods`, and
+"""The classification section's keys: the shared `distribution`, per-task `methods`, and
 CNN-only methods on an MLP."""
 
 import copy
@@ -25,8 +25,10 @@ BASE = {
 
 
 def _load(tmp_path, data):
+    """Write ``data`` (benchmark + the section's keys, flat for brevity) as a spec."""
+    section = {k: v for k, v in data.items() if k != "benchmark"}
     path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump({"benchmark": data["benchmark"], "classification": section}))
     return load(path)
 
 
@@ -51,7 +53,7 @@ def test_a_dst_method_refuses_a_global_distribution(tmp_path):
     data = _digits_cnn(copy.deepcopy(BASE))
     data["distribution"] = "global"
     with pytest.raises(
-        SpecError, match=r"methods.static \(with the spec's distribution: 'global'.*'erk'"
+        SpecError, match=r"methods.static \(with the section's distribution: 'global'.*'erk'"
     ):
         _load(tmp_path, data)
 
@@ -59,7 +61,9 @@ def test_a_dst_method_refuses_a_global_distribution(tmp_path):
 def test_cnn_only_method_on_an_mlp_is_refused_and_a_task_filter_allows_it(tmp_path):
     data = _digits_cnn(copy.deepcopy(BASE))
     data["methods"]["cht_channel"] = {}
-    with pytest.raises(SpecError, match=r"methods.cht_channel .* on tasks.mlp: cht_channel needs"):
+    with pytest.raises(
+        SpecError, match=r"methods.cht_channel .* on classification.tasks.mlp: cht_channel needs"
+    ):
         _load(tmp_path, data)
     data["tasks"]["mlp"]["methods"] = ["dense", "static", "snip"]
     cells = get_pillar("classification").cells(_load(tmp_path, data))
@@ -68,7 +72,7 @@ def test_cnn_only_method_on_an_mlp_is_refused_and_a_task_filter_allows_it(tmp_pa
     }
     assert sum(c.columns["task"] == "mlp" for c in cells) == 3
     data["tasks"]["mlp"]["methods"] = ["dense", "rigel"]
-    with pytest.raises(SpecError, match=r"tasks.mlp.methods: 'rigel' not in the spec's"):
+    with pytest.raises(SpecError, match=r"tasks.mlp.methods: 'rigel' not in the section's"):
         _load(tmp_path, data)
 
 

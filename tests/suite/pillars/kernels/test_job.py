@@ -93,7 +93,7 @@ def test_device_and_execution_refused_where_they_cannot_apply():
         with pytest.raises(SpecError, match="kernels.device: 'cuda' but torch sees no CUDA GPU"):
             _spec(device="cuda")
     section = {"shapes": [[8, 8]], "sparsities": [0.5], "batches": [1]}
-    with pytest.raises(SpecError, match="execution: 'cpu' applies to dst/pruning `tasks`"):
+    with pytest.raises(SpecError, match="execution: these keys belong to the `classification:`"):
         validate({"benchmark": "k", "execution": "cpu", "kernels": section}, source="k.yaml")
 
 

@@ -1,0 +1,18 @@
+"""Package discovery, the one thing pyproject.toml cannot say: the code folders ``suite/``,
+``methods/`` and ``kernels/`` install as ``sparsebench.suite``, ``sparsebench.methods`` and
+``sparsebench.kernels`` (``package-dir`` in pyproject.toml), and every package below them is
+found here, so a new pillar or method family folder is installed without a list to edit."""
+
+from setuptools import find_packages, setup
+
+ROOTS = ("suite", "methods", "kernels")
+
+
+def packages() -> list[str]:
+    """``sparsebench`` and every package under the code folders, as installed names."""
+    found = find_packages(include=[f"{r}*" for r in ROOTS])
+    return ["sparsebench", *(f"sparsebench.{p}" for p in found)]
+
+
+if __name__ == "__main__":
+    setup(packages=packages())
