@@ -1,2 +1,4 @@
-"""Sparse Hessians pillar: exact Hessians of local potentials by sparsity detection, star
-coloring and compressed Hessian-vector products (issue 3, in progress)."""
+"""Sparse Hessians of local potentials: exact Hessians by sparsity detection, star coloring and
+compressed Hessian-vector products. The methods (one file each, the contract in :mod:`.base`)
+are found by the registry; potentials, systems, patterns, coloring and HVPs are the shared
+machinery."""

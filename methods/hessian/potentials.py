@@ -20,7 +20,8 @@ Potentials:
 - :class:`PairPotential` — Morse pair potential times the cutoff envelope, K = 1.
 - :class:`SchNetPotential` — SchNet (Schütt et al. 2018) with random weights, K = 2L.
 
-``build_potential(kind, atoms, **params)`` dispatches on ``POTENTIALS``.
+``build_potential(kind, atoms, **params)`` builds the potential registered under ``kind`` in
+the :data:`POTENTIALS` catalog.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from sparsebench.suite.catalog import Catalog
 from sparsebench.suite.registry import describe_type, type_ok
 
 __all__ = [
@@ -116,7 +118,9 @@ class LocalPotential:
     """Base class: a potential with a fixed pair list and a finite interaction range.
 
     Subclasses define ``Params`` (a dataclass with at least ``cutoff`` and ``skin``), set
-    ``self.hops`` and implement :meth:`energy`.
+    ``self.hops`` and implement :meth:`energy`; they are registered in :data:`POTENTIALS`.
+    A subclass whose ``Params`` has a ``seed`` (random weights) sets ``seeded = True``: a job
+    then fills it from its section's ``seed`` unless the spec sets it.
 
     Attributes:
         params: the parameter dataclass.
@@ -130,6 +134,7 @@ class LocalPotential:
     """
 
     Params: ClassVar[type]
+    seeded: ClassVar[bool] = False
     hops: int
 
     def __init__(
@@ -210,6 +215,10 @@ class LocalPotential:
         )
 
 
+# The potentials a spec's ``hessian.potentials`` may name, in registration order.
+POTENTIALS: Catalog[type[LocalPotential]] = Catalog("potential")
+
+
 # --- Morse pair potential ---------------------------------------------------------------------
 
 
@@ -231,6 +240,7 @@ class PairParams:
     p: int = 6
 
 
+@POTENTIALS.register("pair")
 class PairPotential(LocalPotential):
     """Morse pair potential with a smooth cutoff; the Hessian reaches K = 1 hop.
 
@@ -295,6 +305,7 @@ def _ssp(x: Tensor) -> Tensor:
     return torch.nn.functional.softplus(x) - math.log(2.0)
 
 
+@POTENTIALS.register("schnet")
 class SchNetPotential(LocalPotential):
     """SchNet with randomly initialised weights; the Hessian reaches K = 2L hops.
 
@@ -325,6 +336,7 @@ class SchNetPotential(LocalPotential):
     """
 
     Params = SchNetParams
+    seeded = True  # the section's seed draws the weights unless the spec sets ``seed``
 
     def __init__(
         self,
@@ -408,11 +420,6 @@ class SchNetPotential(LocalPotential):
         return per_atom.sum()
 
 
-# --- registry ---------------------------------------------------------------------------------
-
-POTENTIALS: dict[str, type[LocalPotential]] = {"pair": PairPotential, "schnet": SchNetPotential}
-
-
 def build_potential(
     kind: str,
     atoms: ase.Atoms,
@@ -425,9 +432,7 @@ def build_potential(
 
     Unknown ``kind`` or parameter names raise ValueError listing the allowed ones.
     """
-    if kind not in POTENTIALS:
-        raise ValueError(f"unknown potential {kind!r}; allowed: {', '.join(sorted(POTENTIALS))}")
-    cls = POTENTIALS[kind]
+    cls = POTENTIALS.get(kind)  # CatalogError (a ValueError) naming the allowed ones
     names = {f.name for f in fields(cls.Params)}
     unknown = sorted(set(params) - names)
     if unknown:

@@ -4,7 +4,7 @@ of this suite, and what one forward pass returns.
 An SAE maps activations x (n, d) to latents z (n, m) and back, x̂ = z W_dec + b_dec (n, d).
 Every architecture is an ``nn.Module`` subclass of :class:`SparseAutoencoder` with
 ``encode(x) -> z``, ``decode(z) -> x̂`` and ``forward(x, state) -> SAEOutput`` (the training
-loss and its named parts); the shared training loop is :mod:`.module`.
+loss and its named parts); the shared training loop is :mod:`.training`.
 
 Pinned conventions (one for every architecture, docs/sae.md lists where libraries differ):
 
@@ -22,11 +22,12 @@ Pinned conventions (one for every architecture, docs/sae.md lists where librarie
   leaves the norm free and weights its L1 by it (the April 2024 update);
 * **dead latent**: a latent that has not fired (z ≠ 0) on any of the last ``dead_window``
   training tokens (Gao et al. 2024 use 10M tokens; we count in tokens too, default in
-  :mod:`.module`).
+  :mod:`.training`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -67,13 +68,15 @@ class TrainState:
 
 
 class SparseAutoencoder(nn.Module, Method):
-    """Base of every SAE architecture (register subclasses with ``@register(name, "sae")``).
+    """Base of every SAE architecture (register subclasses with ``register(name, family="sae")``).
 
     Parameters: ``W_enc`` (d, m), ``b_enc`` (m,), ``W_dec`` (m, d), ``b_dec`` (d,).
 
     Class attributes:
         signed: latents may be negative (L0 counts z ≠ 0, not z > 0).
         unit_norm_decoder: rows of W_dec are kept at norm 1 by the training loop.
+
+    Spec-time checks (:meth:`check`) read the widths of the section by :func:`section_widths`.
     """
 
     signed: ClassVar[bool] = False
@@ -142,6 +145,14 @@ class SparseAutoencoder(nn.Module, Method):
             return
         w = self.W_dec / self.W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
         self.W_dec.grad.sub_((self.W_dec.grad * w).sum(1, keepdim=True) * w)
+
+
+def section_widths(section: Mapping[str, Any]) -> list[int]:
+    """Every SAE width the spec's ``sae`` section trains (defaults filled in): each source's
+    own ``widths``, or ``sae.widths`` for a source without them."""
+    return [
+        w for raw in section["sources"].values() for w in (raw.get("widths") or section["widths"])
+    ]
 
 
 def check_params(

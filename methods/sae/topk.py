@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
 from sparsebench.suite.registry import register
 
-from .base import SAEOutput, SparseAutoencoder, TrainState, mse
+from .base import SAEOutput, SparseAutoencoder, TrainState, mse, section_widths
 
 
 def top_mask(pre: torch.Tensor, k: int) -> torch.Tensor:
@@ -85,6 +87,18 @@ class TopK(SparseAutoencoder):
                 raise ValueError(f"k_aux must be >= 1, got {self.k_aux}")
             if self.lr is not None and self.lr <= 0:
                 raise ValueError(f"lr must be > 0, got {self.lr}")
+
+    test_params: ClassVar[Mapping[str, Any]] = {"k": 4}  # the default 32: all of a tiny SAE
+
+    @classmethod
+    def check(cls, params: Any, section: Mapping[str, Any]) -> None:
+        """k active latents need at least k latents: k must not exceed any width trained."""
+        smallest = min(section_widths(section))
+        if params.k > smallest:
+            raise ValueError(
+                f"k = {params.k} exceeds the width {smallest}; allowed: 1 to the smallest SAE "
+                "width (sae.widths, sources' widths)"
+            )
 
     def __init__(self, d_in: int, width: int, params, seed: int = 0):
         super().__init__(d_in, width, params, seed)

@@ -1,8 +1,10 @@
-"""The hessian pillar: Hessians of local energies by dense vs colored HVPs, one cell per
-(system, size, potential, method) of the spec's ``hessian`` section.
+"""The hessian pillar: Hessians of local energies from Hessian-vector products, sparse (by graph
+coloring) against dense, one cell per (system, size, potential, method) of the spec's
+``hessian`` section.
 
-``truncated`` is skipped for potentials whose Hessian reaches only 1 hop (nothing to truncate),
-``dense`` above ``dense_max_atoms``. Cells of one (system, potential) share a process.
+A method gets no cell for a potential it does not apply to (its ``skip`` reason, from the
+potential's reach K), a method that is not sparse none above ``dense_max_atoms``. Cells of one
+(system, potential) share a process.
 """
 
 from __future__ import annotations
@@ -61,13 +63,17 @@ class HessianPillar(Pillar):
     plots = (Plot("scaling.png", "scaling.rst"),)
 
     def example(self, method: str | None = None) -> dict[str, Any]:
-        return {
-            "hessian": {
-                "systems": {"alkane": {"sizes": [3]}},
-                "potentials": {"schnet": {}},
-                "methods": [method] if method else ["dense", "colored"],
-            }
+        from sparsebench.methods.hessian.potentials import POTENTIALS
+
+        # every potential at its defaults, so that every method applies to one of them; no
+        # method asked for: the section's default methods
+        section: dict[str, Any] = {
+            "systems": {"alkane": {"sizes": [3]}},
+            "potentials": {name: {} for name in POTENTIALS},
         }
+        if method:
+            section["methods"] = [method]
+        return {"hessian": section}
 
     def schema(self) -> dict[str, Any]:
         from sparsebench.methods.hessian.potentials import POTENTIALS
@@ -76,8 +82,12 @@ class HessianPillar(Pillar):
         frag = json.loads(Path(__file__).with_name("section.schema.json").read_text())
         props = frag["hessian"]["properties"]
         props["systems"]["propertyNames"]["enum"] = sorted(SYSTEMS)
-        props["potentials"]["propertyNames"]["enum"] = sorted(POTENTIALS)
-        props["methods"]["items"]["enum"] = list(registry.all_methods(FAMILY))
+        props["potentials"]["propertyNames"]["enum"] = sorted(POTENTIALS.names())
+        methods = registry.all_methods(FAMILY)
+        props["methods"]["items"]["enum"] = list(methods)
+        # default: every exact method, the references (not sparse) first
+        by_sparse = sorted(methods.items(), key=lambda item: item[1].sparse)
+        props["methods"]["default"] = [n for n, info in by_sparse if info.cls.exact]
         return frag
 
     def check(self, spec: Spec) -> None:

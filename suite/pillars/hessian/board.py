@@ -2,8 +2,9 @@
 plot (polars, matplotlib).
 
 The leaderboard has one row per (system, n_atoms, potential, method) and, per (system,
-potential), the fitted exponent p of wall_s ∝ n_atoms^p for the colored method (least squares
-on log-log over sizes with n_atoms >= 300, where fixed overheads no longer dominate).
+potential) and exact sparse method (registered ``exact`` and sparse), the fitted exponent p of
+wall_s ∝ n_atoms^p (least squares on log-log over sizes with n_atoms >= 300, where fixed
+overheads no longer dominate). The board names no method: it reads them from the registry.
 """
 
 from __future__ import annotations
@@ -13,25 +14,38 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from sparsebench.suite import registry
 from sparsebench.suite.boards import fmt, write_board_files
 
 SCALING_MIN_ATOMS = 300  # above the sizes where fixed per-job overheads dominate
+FAMILY = ("hessian",)
+# matplotlib formats of the scaling plot, one per registered method in the registry's order
+STYLES = ("o-", "s--", "^:", "D-.", "v-", "x--", "P:")
 
 
-def scaling_exponents(runs: pl.DataFrame, method: str = "colored") -> pl.DataFrame:
-    """Least-squares slope of log(wall_s) against log(n_atoms) per (system, potential) for
-    ``method``, over sizes with n_atoms >= SCALING_MIN_ATOMS (null with fewer than 2 sizes).
+def exact_sparse_methods() -> list[str]:
+    """The registered methods whose Hessian is exact and computed from a sparsity pattern: the
+    ones whose scaling the board fits and the summary reports."""
+    return [n for n, info in registry.all_methods(FAMILY).items() if info.sparse and info.cls.exact]
+
+
+def scaling_exponents(runs: pl.DataFrame, methods: list[str] | None = None) -> pl.DataFrame:
+    """Least-squares slope of log(wall_s) against log(n_atoms) per (system, potential, method)
+    for ``methods`` (default: :func:`exact_sparse_methods`), over sizes with n_atoms >=
+    SCALING_MIN_ATOMS (null with fewer than 2 sizes).
 
     ``exponent_per_hvp`` fits wall_s / n_hvps instead: the cost of one compressed HVP and its
     share of pattern, coloring and recovery, which separates the growth of the work per HVP
     (linear in N for a local potential) from a growing number of colors."""
+    methods = exact_sparse_methods() if methods is None else methods
     ok = runs.filter(
         (pl.col("status") == "ok")
-        & (pl.col("method") == method)
+        & pl.col("method").is_in(methods)
         & (pl.col("n_atoms") >= SCALING_MIN_ATOMS)
     )
     rows = []
-    for (system, potential), g in ok.group_by("system", "potential", maintain_order=True):
+    groups = ok.group_by("system", "potential", "method", maintain_order=True)
+    for (system, potential, method), g in groups:
         p = p_hvp = None
         if g.height >= 2:
             log_n = np.log(g["n_atoms"].to_numpy())
@@ -94,18 +108,20 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def summary(runs: pl.DataFrame, top: int = 3) -> str:
-    """A few lines for the terminal: per (system, potential) the colored Hessian's colors, worst
-    error, speed-up at the largest size with a dense reference, and scaling exponent (every
-    pair: ``top`` does not apply)."""
+    """A few lines for the terminal: per (system, potential) and exact sparse method, its
+    colors, worst error, speed-up at the largest size with a dense reference, and scaling
+    exponent (every pair: ``top`` does not apply)."""
+    methods = exact_sparse_methods()
     ok = runs.filter(pl.col("status") == "ok")
     expo = {
-        (r["system"], r["potential"]): (r["exponent"], r["exponent_per_hvp"])
-        for r in scaling_exponents(runs).iter_rows(named=True)
+        (r["system"], r["potential"], r["method"]): (r["exponent"], r["exponent_per_hvp"])
+        for r in scaling_exponents(runs, methods).iter_rows(named=True)
     }
     lines = []
-    for (system, potential), g in ok.filter(pl.col("method") == "colored").group_by(
-        "system", "potential", maintain_order=True
-    ):
+    groups = ok.filter(pl.col("method").is_in(methods)).group_by(
+        "system", "potential", "method", maintain_order=True
+    )
+    for (system, potential, method), g in groups:
         big = g.filter(pl.col("n_atoms") >= SCALING_MIN_ATOMS).sort("n_atoms")
         if not big.height:  # only small sizes: show them all
             big = g.sort("n_atoms")
@@ -115,9 +131,9 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
             if with_dense.height
             else "no dense"
         )
-        p, p_hvp = expo.get((system, potential), (None, None))
+        p, p_hvp = expo.get((system, potential, method), (None, None))
         lines.append(
-            f"  {system:13s} {potential:6s} colors {big['n_colors'].to_list()} at "
+            f"  {system:13s} {potential:6s} {method} colors {big['n_colors'].to_list()} at "
             f"{big['n_atoms'].to_list()} atoms (densest row {big['max_row_atoms'].to_list()}); "
             "max rel_err "
             f"{g['rel_err'].max():.1e}  {speed}  exponent "
@@ -133,14 +149,14 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     board = leaderboard(runs)
     expo = scaling_exponents(runs)
+    infos = registry.all_methods(FAMILY)
+    present = [m for m in infos if m in set(runs["method"].to_list())]
+    legend = "; ".join(f"`{m}`: {infos[m].cls.brief}" for m in present)
     lines = [
         f"# Hessian leaderboard: {runs['benchmark'][0]}",
         "",
-        "Exact sparse Hessians by star coloring and compressed HVPs (`colored`), against "
-        "the dense Hessian from vmapped HVPs (`dense`); `truncated` uses a pattern one hop "
-        "short (an approximation). Seconds on the job's threads; `rel_err` is the Frobenius "
-        "error vs dense (or the max relative error on random-probe HVPs when dense was not "
-        "computed).",
+        f"Methods: {legend}. Seconds on the job's threads; `rel_err` is the Frobenius error vs "
+        "dense (or the max relative error on random-probe HVPs when dense was not computed).",
         "",
     ]
     header = list(board.columns)
@@ -150,21 +166,21 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
         lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
     lines += [
         "",
-        "## Scaling of the colored Hessian",
+        "## Scaling of the exact sparse Hessians",
         "",
         f"Fitted p in wall_s ∝ n_atoms^p over sizes with ≥ {SCALING_MIN_ATOMS} atoms, and the "
         "same fit of wall_s / n_hvps (the cost per HVP, free of a changing color count):",
         "",
-        "| system | potential | exponent | exponent per HVP | sizes |",
-        "|---|---|---|---|---|",
+        "| system | potential | method | exponent | exponent per HVP | sizes |",
+        "|---|---|---|---|---|---|",
     ]
     for r in expo.iter_rows(named=True):
         lines.append(
-            f"| {r['system']} | {r['potential']} | {fmt(r['exponent'])} | "
+            f"| {r['system']} | {r['potential']} | {r['method']} | {fmt(r['exponent'])} | "
             f"{fmt(r['exponent_per_hvp'])} | {r['sizes']} |"
         )
     if not expo.height:
-        lines.append(f"| (no sizes with ≥ {SCALING_MIN_ATOMS} atoms) | | | | |")
+        lines.append(f"| (no sizes with ≥ {SCALING_MIN_ATOMS} atoms) | | | | | |")
     failed = runs.filter(pl.col("status") != "ok")
     if failed.height:
         lines += ["", "## Failed jobs", ""]
@@ -181,21 +197,22 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
 
 
 def scaling_plot(runs: pl.DataFrame, path: Path) -> None:
-    """Wall-clock against n_atoms (log-log), dense and colored, one panel per (system,
-    potential)."""
+    """Wall-clock against n_atoms (log-log), one line per method (a style per registered
+    method, in the registry's order), one panel per (system, potential)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     ok = runs.filter(pl.col("status") == "ok")
+    styles = {m: STYLES[i % len(STYLES)] for i, m in enumerate(registry.all_methods(FAMILY))}
     panels = ok.select("system", "potential").unique(maintain_order=True).rows()
     fig, axes = plt.subplots(
         1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 3.8), squeeze=False
     )
     for ax, (system, potential) in zip(axes[0], panels):
         g = ok.filter((pl.col("system") == system) & (pl.col("potential") == potential))
-        for method, style in (("dense", "s--"), ("colored", "o-"), ("truncated", "^:")):
+        for method, style in styles.items():
             m = g.filter(pl.col("method") == method).sort("n_atoms")
             if m.height:
                 ax.plot(m["n_atoms"], m["wall_s"], style, label=method)

@@ -2,9 +2,9 @@
 
 The job is a Lightning module whose test loop computes one Hessian (one batch: the system), so
 it runs through the same ``Trainer`` as every other pillar (accelerator picked by Lightning).
-Methods are registered in the ``hessian`` family (methods/hessian/):
-``dense`` (vmapped HVPs against the identity), ``colored`` (star coloring + compressed HVPs,
-exact), ``truncated`` (colored with a pattern of K − 1 hops: an explicit approximation).
+Methods are registered in the ``hessian`` family (methods/hessian/, the contract in its
+``base.py``): the job asks a method for its pattern's hops (none: every column by dense HVPs),
+whether it must be exact, and whether it applies to the potential.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 
 from sparsebench.suite.memory import peak_mb, reset_peak
 
-EXACT_RTOL = 1e-8  # a colored Hessian further than this from its reference is a failed job
+EXACT_RTOL = 1e-8  # an exact method's Hessian further than this from its reference fails
 
 
 @dataclass
@@ -66,7 +66,8 @@ class HessianModule(pl.LightningModule):
 def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, Any]:
     """Build the system and potential, compute the Hessian by ``job.method``, measure it.
 
-    Raises ValueError for an unknown method, system or potential parameter."""
+    Raises ValueError for an unknown method, system or potential parameter, or a method that
+    does not apply to the potential (its ``skip`` reason)."""
     from sparsebench.methods.hessian.hvp import (
         ColoredHessian,
         PatternError,
@@ -76,15 +77,15 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         probe_check,
     )
     from sparsebench.methods.hessian.pattern import HessianPattern
-    from sparsebench.methods.hessian.potentials import build_potential
+    from sparsebench.methods.hessian.potentials import POTENTIALS, build_potential
     from sparsebench.methods.hessian.systems import build_system
     from sparsebench.suite.registry import get_method
 
     method = get_method(job.method, ("hessian",)).cls()
     atoms = build_system(job.system, job.size, seed=job.seed)
     params = dict(job.potential_params)
-    if job.potential == "schnet":
-        params.setdefault("seed", job.seed)  # the section's seed also seeds SchNet's weights
+    if POTENTIALS.get(job.potential).seeded:
+        params.setdefault("seed", job.seed)  # the section's seed also draws its weights
     pot = build_potential(job.potential, atoms, dtype=torch.float64, device=device, **params)
     x = torch.as_tensor(atoms.get_positions(), dtype=torch.float64, device=device)
     n = len(atoms)
@@ -97,8 +98,11 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         out["dense_wall_s"] = t_dense
         return dense.cpu().numpy()
 
+    reason = method.skip(pot.hops)
+    if reason is not None:
+        raise ValueError(f"{job.method} {reason}; {job.potential} has K = {pot.hops}")
     hops = method.pattern_hops(pot.hops)
-    if hops is None:  # the dense method
+    if hops is None:  # no pattern: every column
         dense_reference()
         t = out["dense_wall_s"]
         out.update(
@@ -120,21 +124,16 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         )
         return out
 
-    if hops < 1:
-        raise ValueError(
-            f"truncated needs a potential reaching more than 1 hop; {job.potential} has K = "
-            f"{pot.hops}"
-        )
     pattern, t_pattern = _timed(lambda: HessianPattern.of_potential(pot, n, hops))
-    colored, t_coloring = _timed(lambda: ColoredHessian.prepare(pattern, job.order))
-    b, t_hvp = _timed(lambda: colored.compressed(pot.energy, x, chunk), job.repeats)
-    h, t_dec = _timed(lambda: colored.decompress(b))
+    prepared, t_coloring = _timed(lambda: ColoredHessian.prepare(pattern, job.order))
+    b, t_hvp = _timed(lambda: prepared.compressed(pot.energy, x, chunk), job.repeats)
+    h, t_dec = _timed(lambda: prepared.decompress(b))
     wall = t_pattern + t_coloring + t_hvp + t_dec
     out.update(
         pattern_hops=hops,
-        n_colors=colored.n_colors,
+        n_colors=prepared.n_colors,
         max_row_atoms=pattern.max_row_atoms,
-        n_hvps=colored.n_colors,
+        n_hvps=prepared.n_colors,
         nnz=pattern.nnz,
         fill=pattern.fill,
         t_pattern_s=t_pattern,
@@ -159,7 +158,7 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
         out.update(rel_err=err, err_reference="probes")
     if method.exact and out["rel_err"] > EXACT_RTOL:
         raise PatternError(
-            f"colored Hessian is not exact: rel_err {out['rel_err']:.2e} > {EXACT_RTOL:.0e} "
+            f"{job.method} Hessian is not exact: rel_err {out['rel_err']:.2e} > {EXACT_RTOL:.0e} "
             f"(vs {out['err_reference']}); the sparsity pattern misses nonzeros"
         )
     return out

@@ -14,7 +14,7 @@ HESSIAN_COLUMNS: dict[str, type] = {
     "potential": str,
     "potential_params_json": str,  # the potential's parameters, JSON with sorted keys
     "K": int,  # the potential's Hessian reach in hops of the cutoff graph
-    "pattern_hops": int,  # hops of the pattern used (K - 1 for truncated)
+    "pattern_hops": int,  # hops of the pattern the method used (K for one without a pattern)
     "order": str,
     "chunk": int,  # HVPs per vmapped call used (auto: about 12,000 / n_atoms)
     "n_colors": int,  # coordinate colors (3 x atom colors); 3N for dense

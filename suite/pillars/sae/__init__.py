@@ -58,9 +58,10 @@ class SAEPillar(Pillar):
     batch_max = 8
 
     def example(self, method: str | None = None) -> dict[str, Any]:
-        methods = {method: {}} if method else {"topk": {"k": 4}, "relu_l1": {}}
-        if method in ("topk", "batchtopk", "matryoshka_batchtopk"):
-            methods = {method: {"k": 4}}
+        # the method asked for, or the first two registered, each at its test_params
+        infos = registry.all_methods(FAMILY)
+        names = [method] if method else list(infos)[:2]
+        methods = {name: dict(infos[name].cls.test_params) for name in names}
         return {
             "sae": {
                 "sources": {
@@ -87,7 +88,6 @@ class SAEPillar(Pillar):
         from sparsebench.suite.data import check_available
 
         sec, src = spec.data["sae"], spec.source
-        smallest = min(min(source(spec, name).widths or sec["widths"]) for name in sec["sources"])
         for name in sec["sources"]:
             s = source(spec, name)
             if s.kind == "image":
@@ -98,13 +98,12 @@ class SAEPillar(Pillar):
                 except FileNotFoundError as e:
                     raise SpecError(f"{src}: sae.sources.{name}.model.dataset: {e}") from None
         for method in sec["methods"]:
+            info = registry.get_method(method, FAMILY)
             for s in settings(spec, method):  # every Params built: names and types checked
-                k = getattr(s.params, "k", None)
-                if k is not None and k > smallest:
-                    raise SpecError(
-                        f"{src}: sae.methods.{method}.k: {k} exceeds the width {smallest}; "
-                        f"allowed: 1 to the smallest SAE width (sae.widths, sources' widths)"
-                    )
+                try:
+                    info.cls.check(s.params, sec)
+                except ValueError as e:
+                    raise SpecError(f"{src}: sae.methods.{method}: {e}") from None
 
     def artefacts(self, spec: Spec) -> list[Artefact]:
         from . import sources

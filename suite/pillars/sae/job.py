@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from sparsebench.methods.sae import metrics
-from sparsebench.methods.sae.module import TrainConfig, train_sae
+from sparsebench.methods.sae.training import TrainConfig, train_sae
 from sparsebench.suite.record import Diverged
 
 from .sources import Activations

@@ -39,8 +39,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from sparsebench.methods.sae.module import input_scale
 from sparsebench.methods.sae.synthetic import SyntheticConfig, sample, true_dictionary
+from sparsebench.methods.sae.training import input_scale
 from sparsebench.suite import paths, tensorfile
 from sparsebench.suite.pillar import Artefact
 

@@ -34,7 +34,7 @@ COLUMNS: dict[str, type] = {
     "recovery_rate": float,  # synthetic: true features with matched |cos| >= 0.9
     "bipolar_fraction": float,  # latents firing with both signs (signed SAEs)
     "train_tokens": int,  # tokens seen in training
-    "train_flops": float,  # dense accounting (methods/sae/module.py: train_flops)
+    "train_flops": float,  # dense accounting (methods/sae/training.py: train_flops)
     "train_s": float,  # wall-clock of training
     "input_scale": float,  # the scalar the activations were multiplied by
     "final_parts_json": str,  # the loss parts of the last training step

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -117,6 +118,15 @@ def test_skin_keeps_energy_exact_for_small_displacements():
         torch.testing.assert_close(b.energy(x), fresh.energy(x), rtol=1e-13, atol=1e-12)
 
 
+@pytest.mark.parametrize("kind", sorted(POTENTIALS))
+def test_seeded_is_declared_exactly_by_the_potentials_with_a_seed(kind):
+    # a job fills ``seed`` from its section only where the potential declares it takes one
+    cls = POTENTIALS[kind]
+    has_seed = "seed" in {f.name for f in dataclasses.fields(cls.Params)}
+    assert cls.seeded == has_seed
+    assert POTENTIALS["schnet"].seeded and not POTENTIALS["pair"].seeded
+
+
 def test_schnet_seeded_weights():
     atoms = small_molecule("C2H6")
     x = torch.as_tensor(atoms.positions)
@@ -177,6 +187,8 @@ def test_bad_arguments_refused():
     atoms = small_molecule("CH4")
     with pytest.raises(ValueError, match="pair, schnet"):
         build_potential("lj", atoms)
+    with pytest.raises(ValueError, match="unknown potential 'schnnet'; did you mean 'schnet'"):
+        build_potential("schnnet", atoms)
     with pytest.raises(ValueError, match="unknown parameters"):
         build_potential("pair", atoms, sigma=1.0)
     with pytest.raises(ValueError, match="skin"):

@@ -1,4 +1,4 @@
-"""The shared SAE training loop (methods/sae/module.py) on synthetic ground truth."""
+"""The shared SAE training loop (methods/sae/training.py) on synthetic ground truth."""
 
 import math
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from sparsebench.methods.sae import metrics
-from sparsebench.methods.sae.module import TrainConfig, input_scale, train_flops, train_sae
 from sparsebench.methods.sae.relu_l1 import ReluL1
 from sparsebench.methods.sae.synthetic import SyntheticConfig, sample, true_dictionary
 from sparsebench.methods.sae.topk import TopK
+from sparsebench.methods.sae.training import TrainConfig, input_scale, train_flops, train_sae
 from sparsebench.suite import registry
 
 CFG = SyntheticConfig(n_features=48, d=24, p_max=0.15, freq_exponent=0.3, n_bipolar=4)
@@ -93,7 +93,7 @@ def test_training_is_deterministic_per_seed(data):
 
 
 def test_the_shared_lr_overrides_the_published_one_unless_none():
-    from sparsebench.methods.sae.module import SAEModule
+    from sparsebench.methods.sae.training import SAEModule
 
     sae = ReluL1(4, 8, ReluL1.Params())  # published lr 5e-5
     shared = SAEModule(sae, TrainConfig()).configure_optimizers()["optimizer"]

@@ -101,6 +101,16 @@ def test_scaling_exponent_of_a_linear_law():
     expo = scaling_exponents(runs)
     assert expo["exponent"][0] == pytest.approx(1.0)
     assert expo["exponent_per_hvp"][0] < 1.0  # per HVP the cost grew less than N
+    # by default only the exact sparse methods: neither the dense reference nor an approximation
+    others = pl.concat(
+        [
+            runs.with_columns(method=pl.lit(m), wall_s=pl.col("wall_s") ** 2)
+            for m in ("dense", "truncated")
+        ]
+    )
+    expo = scaling_exponents(pl.concat([runs, others]))
+    assert expo["method"].to_list() == ["colored"] and expo["exponent"][0] == pytest.approx(1.0)
+    assert scaling_exponents(others, ["truncated"])["exponent"][0] == pytest.approx(2.0)
 
 
 def test_colored_job_with_a_wrong_pattern_fails(monkeypatch):
@@ -131,6 +141,9 @@ def test_section_seed_seeds_schnet_weights(monkeypatch):
     a = compute(HessianJob("water", 3, "schnet", "colored", seed=7, dense_max_atoms=100))
     assert seen == [7] and a["rel_err"] <= 1e-10
     assert a["pattern_hops"] == a["K"] == 2
+    compute(HessianJob("water", 3, "schnet", "colored", seed=7, potential_params={"seed": 3}))
+    compute(HessianJob("water", 3, "pair", "colored", seed=7))  # no random weights, no seed
+    assert seen == [7, 3, None]
 
 
 def test_mistyped_potential_parameter_is_refused():

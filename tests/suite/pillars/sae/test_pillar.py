@@ -32,7 +32,13 @@ def _spec(**section):
     ("section", "expected"),
     [
         ({"methods": {"relu": {}}}, r"sae\.methods.*'relu'.*topk"),
-        ({"methods": {"topk": {"k": 64}}}, r"sae\.methods\.topk\.k: 64 exceeds the width 32"),
+        ({"methods": {"topk": {"k": 64}}},
+         r"sae\.methods\.topk: k = 64 exceeds the width 32; allowed: 1 to the smallest"),
+        # a source's own widths count, and every k-based architecture checks its k
+        ({"sources": {"s": {"kind": "synthetic", "n_features": 16, "d": 8, "n_bipolar": 0,
+                            "widths": [4]}},
+          "methods": {"batchtopk": {"k": 8}}},
+         r"sae\.methods\.batchtopk: k = 8 exceeds the width 4"),
         ({"methods": {"topk": {"kk": 4}}}, r"sae\.methods\.topk.*unknown parameter 'kk'"),
         ({"sources": {"s": {"kind": "text"}}}, r"sae\.sources\.s\.kind.*synthetic"),
         ({"sources": {"s": {"kind": "synthetic", "n_bipolar": 99, "n_features": 8}}},
