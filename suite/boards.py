@@ -9,7 +9,8 @@ from typing import Any
 
 import polars as pl
 
-from sparsebench.suite.record import atomic_write, write_json_atomic
+from sparsebench.suite.atomic import write_atomic
+from sparsebench.suite.record import write_json_atomic
 
 
 def fmt(value: Any) -> str:
@@ -70,19 +71,19 @@ def write_board_files(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {k: out_dir / f"leaderboard.{k}" for k in ("md", "html", "csv", "json")}
-    atomic_write(files["md"], lambda p: Path(p).write_text(markdown, encoding="utf-8"))
+    write_atomic(files["md"], markdown)
     page = html_page(markdown, f"{out_dir.name} leaderboard")
-    atomic_write(files["html"], lambda p: Path(p).write_text(page, encoding="utf-8"))
-    atomic_write(files["csv"], table.write_csv)
+    write_atomic(files["html"], page)
+    write_atomic(files["csv"], table.write_csv)
     if json_data is None:
-        atomic_write(files["json"], table.write_json)
+        write_atomic(files["json"], table.write_json)
     else:
         write_json_atomic(files["json"], json_data)
     for i, (name, draw) in enumerate((plots or {}).items()):
         files[name] = out_dir / name
         if i == 0:
             files["png"] = files[name]
-        atomic_write(files[name], lambda p, draw=draw: draw(Path(p)))
+        write_atomic(files[name], draw)
     return files
 
 

@@ -4,7 +4,7 @@ models, potentials), so that every lookup fails the same way and lists what is a
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, ItemsView, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -53,7 +53,7 @@ class Catalog(Generic[T]):
     def names(self) -> list[str]:
         return list(self._entries)
 
-    def items(self):
+    def items(self) -> ItemsView[str, T]:
         return self._entries.items()
 
     def __contains__(self, name: object) -> bool:

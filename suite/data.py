@@ -62,6 +62,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from sparsebench.suite.catalog import Catalog
+
 if TYPE_CHECKING:
     import datasets
 
@@ -94,6 +96,33 @@ class DataSplits:
 
 
 Loader = Callable[[Path, bool, int], DataSplits]  # (data_root, allow_download, split_seed)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One registered dataset: its loader and what a spec check needs without loading it (a
+    model's input and output sizes, the step budget), kept in one entry so neither can be
+    registered without the other."""
+
+    load: Loader
+    input_shape: tuple[int, ...]
+    num_classes: int
+    n_train: int  # examples in the train split (after the validation carve)
+
+
+DATASETS: Catalog[Dataset] = Catalog("dataset")
+
+
+def _dataset(
+    name: str, input_shape: tuple[int, ...], num_classes: int, n_train: int
+) -> Callable[[Loader], Loader]:
+    """Register the decorated loader as dataset ``name`` with its facts."""
+
+    def add(load: Loader) -> Loader:
+        DATASETS.add(name, Dataset(load, input_shape, num_classes, n_train))
+        return load
+
+    return add
 
 
 # --------------------------------------------------------------------------- splitting
@@ -209,6 +238,7 @@ def _features(shape: tuple[int, ...], dtype: str) -> Any:
     return Features({"x": x, "label": ClassLabel(names=[str(d) for d in range(10)])})
 
 
+@_dataset("mnist5k", (1, 28, 28), 10, 3_500)
 def _load_mnist5k(data_root: Path, allow_download: bool, split_seed: int) -> DataSplits:
     def build() -> dict[str, dict[str, Any]]:
         import gzip
@@ -230,6 +260,7 @@ def _load_mnist5k(data_root: Path, allow_download: bool, split_seed: int) -> Dat
     return _standardised_splits("mnist5k", x, y, idx, num_classes=10)
 
 
+@_dataset("digits", (1, 8, 8), 10, 1_257)
 def _load_digits(data_root: Path, allow_download: bool, split_seed: int) -> DataSplits:
     def build() -> dict[str, dict[str, Any]]:
         from sklearn.datasets import load_digits
@@ -246,6 +277,7 @@ def _load_digits(data_root: Path, allow_download: bool, split_seed: int) -> Data
     return _standardised_splits("digits", x, y, idx, num_classes=10)
 
 
+@_dataset("mnist1d", (40,), 10, 3_500)
 def _load_mnist1d(data_root: Path, allow_download: bool, split_seed: int) -> DataSplits:
     def build() -> dict[str, dict[str, Any]]:
         # `mnist1d.data.get_dataset` would try to download a pickle from GitHub; the generator
@@ -314,6 +346,7 @@ def make_wide1k() -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+@_dataset("wide1k", (256,), _WIDE1K_CLASSES, 20_000)
 def _load_wide1k(data_root: Path, allow_download: bool, split_seed: int) -> DataSplits:
     """wide1k (see `make_wide1k`): 1,000 classes, inputs (256,), split 20,000 / 2,000 / 5,000
     stratified (exactly 20 / 2 / 5 per class) and standardised with the train statistics.
@@ -331,7 +364,9 @@ def _load_wide1k(data_root: Path, allow_download: bool, split_seed: int) -> Data
 @dataclass(frozen=True)
 class _TorchvisionSpec:
     cls_name: str  # class in torchvision.datasets
+    input_shape: tuple[int, ...]
     num_classes: int
+    n_train: int  # official train set less the stratified 10% validation carve
     mean: tuple[float, ...]  # per channel, over the full official train set, pixels in [0, 1]
     std: tuple[float, ...]
     source: str  # where a user gets the files by hand
@@ -339,10 +374,12 @@ class _TorchvisionSpec:
 
 _MNIST_SRC = "https://ossci-datasets.s3.amazonaws.com/mnist/ (or http://yann.lecun.com/exdb/mnist/)"
 _TORCHVISION: dict[str, _TorchvisionSpec] = {
-    "mnist": _TorchvisionSpec("MNIST", 10, (0.1307,), (0.3081,), _MNIST_SRC),
+    "mnist": _TorchvisionSpec("MNIST", (1, 28, 28), 10, 54_000, (0.1307,), (0.3081,), _MNIST_SRC),
     "fashion_mnist": _TorchvisionSpec(
         "FashionMNIST",
+        (1, 28, 28),
         10,
+        54_000,
         (0.2860,),
         (0.3530,),
         "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
@@ -351,14 +388,18 @@ _TORCHVISION: dict[str, _TorchvisionSpec] = {
     # 0.2010, which is a mean of per-image stds).
     "cifar10": _TorchvisionSpec(
         "CIFAR10",
+        (3, 32, 32),
         10,
+        45_000,
         (0.4914, 0.4822, 0.4465),
         (0.2470, 0.2435, 0.2616),
         "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
     ),
     "cifar100": _TorchvisionSpec(
         "CIFAR100",
+        (3, 32, 32),
         100,
+        45_000,
         (0.5071, 0.4865, 0.4409),
         (0.2673, 0.2564, 0.2762),
         "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
@@ -463,36 +504,8 @@ def _torchvision_loader(name: str) -> Loader:
     return load
 
 
-# --------------------------------------------------------------------------- registry
-
-DATASETS: dict[str, Loader] = {
-    "mnist5k": _load_mnist5k,
-    "digits": _load_digits,
-    "mnist1d": _load_mnist1d,
-    "wide1k": _load_wide1k,
-    **{name: _torchvision_loader(name) for name in _TORCHVISION},
-}
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    """What a spec check needs to know without loading the data."""
-
-    input_shape: tuple[int, ...]
-    num_classes: int
-    n_train: int  # examples in the train split (after the validation carve)
-
-
-DATASET_INFO: dict[str, DatasetInfo] = {
-    "mnist5k": DatasetInfo((1, 28, 28), 10, 3_500),
-    "digits": DatasetInfo((1, 8, 8), 10, 1_257),
-    "mnist1d": DatasetInfo((40,), 10, 3_500),
-    "wide1k": DatasetInfo((256,), 1000, 20_000),
-    "mnist": DatasetInfo((1, 28, 28), 10, 54_000),
-    "fashion_mnist": DatasetInfo((1, 28, 28), 10, 54_000),
-    "cifar10": DatasetInfo((3, 32, 32), 10, 45_000),
-    "cifar100": DatasetInfo((3, 32, 32), 100, 45_000),
-}
+for _name, _spec in _TORCHVISION.items():
+    _dataset(_name, _spec.input_shape, _spec.num_classes, _spec.n_train)(_torchvision_loader(_name))
 
 
 def load_dataset(
@@ -506,9 +519,7 @@ def load_dataset(
     documented one).
     Raises ``ValueError`` for an unknown name, ``DatasetNotFoundError`` for missing files.
     """
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(sorted(DATASETS))}")
-    return DATASETS[name](Path(data_root), allow_download, split_seed)
+    return DATASETS.get(name).load(Path(data_root), allow_download, split_seed)
 
 
 def batch_loader(

@@ -21,17 +21,6 @@ from sparsebench.suite import record as rec
 from sparsebench.suite.pillar import Cell, Pillar
 
 
-def quiet_lightning() -> None:
-    """Silence Lightning's per-job banners (accelerator, workers) in the job logs."""
-    import logging
-    import warnings
-
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    warnings.filterwarnings("ignore", ".*GPU available but not used.*")
-
-
 def base_record(spec, pillar: Pillar, cell: Cell, parallel_jobs: int) -> dict[str, Any]:
     """The identifying and provenance columns of a cell's record (metrics null)."""
     out: dict[str, Any] = dict.fromkeys(rec.COMMON_COLUMNS)

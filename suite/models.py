@@ -16,6 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sparsebench.suite.catalog import Catalog
+
+Builder = Callable[[tuple[int, ...], int], nn.Module]  # (input_shape, num_classes) -> model
+MODELS: Catalog[Builder] = Catalog("model")
+
 
 def _check_shape(input_shape: tuple[int, ...], num_classes: int) -> tuple[int, ...]:
     shape = tuple(int(s) for s in input_shape)
@@ -146,17 +151,20 @@ def _image_shape(name: str, shape: tuple[int, ...], min_hw: int) -> tuple[int, i
     return c, h, w
 
 
+@MODELS.register("lenet300_100")
 def lenet300_100(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     shape = _check_shape(input_shape, num_classes)
     return LeNet300100(math.prod(shape), num_classes)
 
 
+@MODELS.register("lenet5")
 def lenet5(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     # 16 is the smallest side that leaves a 1x1 map after two (5x5 valid conv, 2x2 pool) stages.
     c, h, w = _image_shape("lenet5", _check_shape(input_shape, num_classes), min_hw=16)
     return LeNet5(c, h, w, num_classes)
 
 
+@MODELS.register("resnet20")
 def resnet20(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     # Two stride-2 stages: 8x8 still leaves a 2x2 map for the last stage.
     c, _, _ = _image_shape("resnet20", _check_shape(input_shape, num_classes), min_hw=8)
@@ -260,6 +268,7 @@ class ViTClassifier(nn.Module):
         return self.head(self.trunk(x))
 
 
+@MODELS.register("vit_tiny")
 def vit_tiny(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """ViT with width 64, 4 blocks of 4 heads, FFN 128 (139,018 parameters for 10 classes)."""
     shape = _check_shape(input_shape, num_classes)
@@ -268,16 +277,7 @@ def vit_tiny(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return ViTClassifier(num_classes)
 
 
-MODELS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
-    "lenet300_100": lenet300_100,
-    "lenet5": lenet5,
-    "resnet20": resnet20,
-    "vit_tiny": vit_tiny,
-}
-
-
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """Build a fresh model ``name`` for per-example ``input_shape`` and ``num_classes`` outputs."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; allowed: {', '.join(sorted(MODELS))}")
-    return MODELS[name](tuple(input_shape), num_classes)
+    """Build a fresh model ``name`` for per-example ``input_shape`` and ``num_classes`` outputs.
+    Raises ValueError for an unknown name or a model that cannot take the input."""
+    return MODELS.get(name)(tuple(input_shape), num_classes)

@@ -9,13 +9,13 @@ loses the rows that did finish, and an existing finished record is never overwri
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from sparsebench.suite.atomic import write_atomic
 
 STATUSES = ("ok", "failed", "diverged", "skipped")
 
@@ -100,40 +100,12 @@ def provenance() -> dict[str, Any]:
     return dict(_PROVENANCE)
 
 
-def atomic_write(path: str | Path, write: Any) -> None:
-    """Call ``write(tmp_path)`` then rename onto ``path``: readers never see a partial file.
-
-    For derived files (tables, plots). The temporary name is built by hand rather than with
-    mkstemp, whose 0600 mode would leak onto the final file and hide it from other users of a
-    shared results folder.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(str(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def write_json_atomic(path: str | Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file in the same folder and an
-    atomic ``os.replace``: readers see the old file or the complete new one, never a torn one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.fchmod(fd, 0o644)  # mkstemp creates 0600; records are meant to be shared
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True, default=_json_default)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` as JSON to ``path`` atomically and flushed to disk (see
+    :func:`~sparsebench.suite.atomic.write_atomic`): readers see the old file or the complete
+    new one, never a torn one."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=_json_default)
+    write_atomic(path, text, fsync=True)
 
 
 def _json_default(o: Any) -> Any:

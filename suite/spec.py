@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from sparsebench.suite import registry
+from sparsebench.suite.schema_errors import first_error, format_error, keypath
 
 SCHEMA_PATH = Path(__file__).with_name("spec.schema.json")
 BENCHMARKS_DIR = Path(__file__).with_name("benchmarks")
@@ -76,63 +76,10 @@ def _schema(data: dict[str, Any] | None = None) -> dict[str, Any]:
     return schema
 
 
-def _keypath(path) -> str:
-    return ".".join(str(p) for p in path) or "(top level)"
-
-
-def _subschema(schema: dict[str, Any], path) -> dict[str, Any]:
-    """The schema node that describes the value at ``path`` (for listing allowed keys)."""
-    node = schema
-    for part in path:
-        if isinstance(part, int):
-            node = node.get("items", {})
-        elif part in node.get("properties", {}):
-            node = node["properties"][part]
-        else:
-            node = node.get("additionalProperties", {}) or {}
-    return node
-
-
-def _format_schema_error(err: jsonschema.ValidationError, schema: dict, source: str) -> str:
-    where = _keypath(err.absolute_path)
-    if err.validator == "additionalProperties":
-        allowed = sorted(_subschema(schema, err.absolute_path).get("properties", {}))
-        extra = sorted(set(err.instance) - set(allowed))
-        bad = ", ".join(repr(e) for e in extra)
-        return f"{source}: {where}: unknown key {bad}; allowed keys: {', '.join(allowed)}"
-    if err.validator == "required":
-        return f"{source}: {where}: {err.message}"
-    if err.validator == "type":
-        got = "nothing (empty)" if err.instance is None else repr(err.instance)
-        return f"{source}: {where}: expected {err.validator_value}, got {got}"
-    if err.validator == "uniqueItems":
-        return f"{source}: {where}: repeated values in {err.instance!r}; list each value once"
-    if err.validator == "enum":
-        allowed = ", ".join(repr(v) for v in err.validator_value)
-        return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}"
-    if err.validator == "pattern":
-        return (
-            f"{source}: {where}: name {err.instance!r} is not allowed; use letters, digits, "
-            "'_', '.' and '-' (not only dots, and not 'artefacts': it names a folder)"
-        )
-    if err.validator in ("oneOf", "anyOf"):
-        options = "; or ".join(_describe_schema(sub) for sub in err.validator_value)
-        return f"{source}: {where}: value {err.instance!r} is invalid; expected {options}"
-    return f"{source}: {where}: value {err.instance!r} is invalid: {err.message}"
-
-
-def _describe_schema(sub: dict[str, Any]) -> str:
-    """A few words for a simple subschema: "an integer >= 1", "'auto'", "one of 'a', 'b'"."""
-    if "const" in sub:
-        return repr(sub["const"])
-    if "enum" in sub:
-        return "one of " + ", ".join(repr(v) for v in sub["enum"])
-    words = f"a value of type {sub.get('type', 'any')}"
-    if "minimum" in sub:
-        words += f" >= {sub['minimum']}"
-    if "maximum" in sub:
-        words += f" <= {sub['maximum']}"
-    return words
+_NAME_PATTERN = (
+    "name {value!r} is not allowed; use letters, digits, '_', '.' and '-' (not only dots, and "
+    "not 'artefacts': it names a folder)"
+)
 
 
 def _fill_defaults(value: Any, schema: dict[str, Any]) -> Any:
@@ -227,7 +174,7 @@ def section_settings(spec: Spec, key: str, method: str, families) -> list[Settin
 def _refuse_non_finite(value: Any, source: str, path: tuple = ()) -> None:
     """YAML's .nan / .inf are numbers to JSON Schema: refuse them here, naming the key."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise SpecError(f"{source}: {_keypath(path)}: {value!r} is not a finite number")
+        raise SpecError(f"{source}: {keypath(path)}: {value!r} is not a finite number")
     if isinstance(value, dict):
         for k, v in value.items():
             _refuse_non_finite(v, source, (*path, k))
@@ -251,12 +198,8 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
     _refuse_moved_keys(data, source)
     schema = _schema(data)
     data = copy.deepcopy(data)
-    errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(data),
-        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
-    )
-    if errors:
-        raise SpecError(_format_schema_error(errors[0], schema, source))
+    if (err := first_error(schema, data)) is not None:
+        raise SpecError(format_error(err, source, pattern=_NAME_PATTERN, schema=schema))
     pillars = tuple(name for name, p in all_pillars().items() if p.present(data))
     if not pillars:
         sections = "; ".join(

@@ -19,8 +19,9 @@ from typing import Any
 import polars as pl
 
 from sparsebench.suite import paths
+from sparsebench.suite.atomic import atomic_path, write_atomic
 from sparsebench.suite.pillar import Pillar, all_pillars, get_pillar
-from sparsebench.suite.record import COMMON_COLUMNS, atomic_write
+from sparsebench.suite.record import COMMON_COLUMNS
 from sparsebench.suite.schemas import TableError, polars_dtype, validate_table
 
 # Bookkeeping columns of the incremental rebuild (not record keys).
@@ -40,13 +41,11 @@ def _publish(cache: Path, out: Path) -> None:
     import os
     import shutil
 
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.lnk")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(cache, tmp)
-    except OSError:
-        shutil.copyfile(cache, tmp)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        try:
+            os.link(cache, tmp)
+        except OSError:
+            shutil.copyfile(cache, tmp)
 
 
 def _convert(value: Any, py_type: type, column: str, path: Path) -> Any:
@@ -201,7 +200,7 @@ def aggregate(
         ident=pillar.row_key,
         problems=pillar.row_problems(),
     )
-    atomic_write(cache, runs.write_parquet)
+    write_atomic(cache, runs.write_parquet)
     _publish(cache, out_parquet)
     return runs
 
@@ -252,7 +251,7 @@ def write_summary(bench_folder: Path, top: int = 3, log: str | None = None) -> P
         ]
     out = paths.summary_in(bench_folder)
     text = "\n".join(lines).rstrip() + "\n"
-    atomic_write(out, lambda p: Path(p).write_text(text, encoding="utf-8"))
+    write_atomic(out, text)
     if log:
         Path(log).write_text(f"{out}\n")
     return out

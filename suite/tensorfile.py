@@ -4,8 +4,6 @@ named tensors plus a JSON sidecar, both written atomically, loaded without unpic
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,17 +24,11 @@ def save(
     file, written last, is what marks it complete)."""
     from safetensors.torch import save_file
 
+    from sparsebench.suite.atomic import atomic_path
     from sparsebench.suite.record import write_json_atomic
 
-    tensor_path = Path(tensor_path)
-    tensor_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=tensor_path.parent, suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, tmp)
-        os.replace(tmp, tensor_path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with atomic_path(tensor_path) as tmp:
+        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
     write_json_atomic(meta_path, {**meta, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
 
 

@@ -136,21 +136,16 @@ def train_sae(
     if x.dim() != 2 or x.shape[1] != sae.d_in or x.shape[0] == 0:
         raise ValueError(f"activations must be (n, {sae.d_in}) with n >= 1, got {tuple(x.shape)}")
     from sparsebench.suite.data import batch_loader
-    from sparsebench.suite.job import quiet_lightning
+    from sparsebench.suite.lightning import quiet_trainer
 
-    quiet_lightning()
     pl.seed_everything(seed, workers=True, verbose=False)
     module = SAEModule(sae, cfg)
     g = torch.Generator().manual_seed(int(seed))
     loader = batch_loader(TensorDataset(x), min(cfg.batch_size, x.shape[0]), g)
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         max_steps=cfg.steps,
         max_epochs=-1,
         gradient_clip_val=cfg.grad_clip,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         deterministic=True,
     )
     sae.train()

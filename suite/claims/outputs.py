@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from sparsebench.suite.atomic import write_atomic
 
 from .judge import VERDICTS, Verdict
 
@@ -186,14 +186,6 @@ def to_tex(verdicts: list[Verdict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write(verdicts: list[Verdict], bench_dir: str | Path) -> dict[str, Path]:
     """Write ``claims.{md,json,tex,html}`` into ``bench_dir`` (atomically); return their
     paths."""
@@ -207,8 +199,8 @@ def write(verdicts: list[Verdict], bench_dir: str | Path) -> dict[str, Path]:
     from sparsebench.suite.boards import html_page
 
     md = to_markdown(verdicts, bench_dir.name)
-    _atomic_write(files["md"], md)
-    _atomic_write(files["html"], html_page(md, f"{bench_dir.name}: claims"))
-    _atomic_write(files["json"], json.dumps(to_json(verdicts), indent=1, default=str) + "\n")
-    _atomic_write(files["tex"], to_tex(verdicts))
+    write_atomic(files["md"], md)
+    write_atomic(files["html"], html_page(md, f"{bench_dir.name}: claims"))
+    write_atomic(files["json"], json.dumps(to_json(verdicts), indent=1, default=str) + "\n")
+    write_atomic(files["tex"], to_tex(verdicts))
     return files

@@ -18,6 +18,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from sparsebench.suite.schema_errors import first_error, format_error, keypath
+
 SCHEMA_PATH = Path(__file__).with_name("claim.schema.json")
 KINDS = ("order", "equal", "ratio", "value", "ranking", "trend", "exponent")
 # Keys each kind needs (beyond kind and metric) and the ones it may have.
@@ -86,29 +88,13 @@ def _where(err: jsonschema.ValidationError, data: Any) -> str:
             cid = f"#{path[1] + 1}"
         rest = ".".join(map(str, path[2:])) or "(the claim)"
         return f"claim {cid!r}: {rest}"
-    return ".".join(map(str, path)) or "(top level)"
+    return keypath(path)
 
 
-def _format(err: jsonschema.ValidationError, data: Any, source: str) -> str:
-    where = _where(err, data)
-    if err.validator == "additionalProperties":
-        allowed = sorted(err.schema.get("properties", {}))
-        extra = sorted(set(err.instance) - set(allowed))
-        return (
-            f"{source}: {where}: unknown key {', '.join(map(repr, extra))}; allowed keys: "
-            f"{', '.join(allowed)}"
-        )
-    if err.validator == "enum":
-        allowed = ", ".join(repr(v) for v in err.validator_value)
-        return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}"
-    if err.validator == "pattern":
-        return (
-            f"{source}: {where}: {err.instance!r} is not a valid name: lower-case letters and "
-            "digits in words joined by '-' (e.g. rigl-set-static-90)"
-        )
-    if err.validator == "required":
-        return f"{source}: {where}: {err.message}"
-    return f"{source}: {where}: {err.message}"
+_ID_PATTERN = (
+    "{value!r} is not a valid name: lower-case letters and digits in words joined by '-' "
+    "(e.g. rigl-set-static-90)"
+)
 
 
 def read(path: str | Path) -> dict[str, Any]:
@@ -224,12 +210,9 @@ def _check_names(pillar: Any, selectors: list[dict[str, Any]], where: str) -> No
 def parse(data: dict[str, Any], source: str) -> list[Claim]:
     """Validate parsed claim-file ``data`` (from ``source``) into claims; ClaimError if not."""
     schema = _schema()
-    errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(data),
-        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
-    )
-    if errors:
-        raise ClaimError(_format(errors[0], data, source))
+    if (err := first_error(schema, data)) is not None:
+        where = _where(err, data)
+        raise ClaimError(format_error(err, source, where=where, pattern=_ID_PATTERN, schema=schema))
     defaults = data.get("defaults", {})
     claims, seen = [], set()
     for raw in data["claims"]:

@@ -9,6 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from sparsebench.suite import registry
+from sparsebench.suite.lightning import quiet_trainer
 from sparsebench.suite.pillars.classification.execution import use_backend
 from sparsebench.suite.pillars.classification.flops import TrainFlopsCounter, layer_flops
 from sparsebench.suite.pillars.classification.lit import (
@@ -72,13 +73,9 @@ def tiny_fit():
         m = info.cls(registry.build_params(method, params or {}, families=FAMILIES), sparsity, ctx)
         module = ClassificationModule(model, 3, RECIPE, total)
         use_backend(module.model, module.masks, execution)
-        trainer = pl.Trainer(
+        trainer = quiet_trainer(
             max_epochs=epochs,
             accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
             num_sanity_val_steps=0,
             callbacks=[m, FlopsCallback(ctx.flops), *extra_callbacks],
         )

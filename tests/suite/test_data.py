@@ -38,8 +38,14 @@ def _counts(ds: torch.utils.data.TensorDataset, n: int) -> list[int]:
 
 
 def test_unknown_name_lists_allowed(data_root: Path) -> None:
-    with pytest.raises(ValueError, match="allowed: .*mnist5k"):
+    with pytest.raises(
+        ValueError, match=r"^unknown dataset 'imagenet'; allowed: cifar10, .*mnist5k"
+    ):
         load_dataset("imagenet", data_root)
+    with pytest.raises(
+        ValueError, match=r"^unknown dataset 'mnsit'; did you mean 'mnist'\? allowed"
+    ):
+        load_dataset("mnsit", data_root)
 
 
 def test_stratified_carve_exact_sizes_and_disjoint() -> None:
@@ -235,16 +241,33 @@ def test_registry_names() -> None:
     }
 
 
+@pytest.mark.parametrize("name", ["mnist5k", "digits", "mnist1d", "wide1k"])
+def test_registered_facts_are_what_the_loader_gives(data_root: Path, name: str) -> None:
+    # The spec checks trust these facts without loading: they must match the loaded splits.
+    entry, s = DATASETS[name], load_dataset(name, data_root)
+    assert (entry.input_shape, entry.num_classes, entry.n_train) == (
+        s.input_shape,
+        s.num_classes,
+        len(s.train),
+    )
+
+
+def test_torchvision_facts() -> None:
+    # train = official train less the 10% validation carve: MNIST 60,000, CIFAR 50,000
+    facts = {n: (d.input_shape, d.num_classes, d.n_train) for n, d in DATASETS.items()}
+    assert facts["mnist"] == facts["fashion_mnist"] == ((1, 28, 28), 10, 54_000)
+    assert facts["cifar10"] == ((3, 32, 32), 10, 45_000)
+    assert facts["cifar100"] == ((3, 32, 32), 100, 45_000)
+
+
 # --------------------------------------------------------------------------- generated
 
 
 def test_wide1k_shapes_determinism_and_class_coverage(tmp_path: Path) -> None:
-    from sparsebench.suite.data import DATASET_INFO
-
     s = load_dataset("wide1k", tmp_path / "unused")
     assert (s.name, s.input_shape, s.num_classes) == ("wide1k", (256,), 1000)
     assert _sizes(s) == (20000, 2000, 5000)
-    info = DATASET_INFO["wide1k"]
+    info = DATASETS["wide1k"]
     assert (info.input_shape, info.num_classes, info.n_train) == ((256,), 1000, 20000)
     for part, per_class in (("train", 20), ("val", 2), ("test", 5)):
         x, y = getattr(s, part).tensors

@@ -195,14 +195,14 @@ _EXAMPLE_TASKS = (
 def _example_task(method: str | None) -> tuple[str, dict[str, Any]]:
     if method is None:
         return _EXAMPLE_TASKS[0]
-    from sparsebench.suite.data import DATASET_INFO
+    from sparsebench.suite.data import DATASETS
     from sparsebench.suite.models import build_model
     from sparsebench.suite.pillars.classification.masks import prunable_layers
 
     info = registry.get_method(method, FAMILIES)
     params = registry.build_params(info, {}, "example")
     for name, task in _EXAMPLE_TASKS:
-        d = DATASET_INFO[task["dataset"]]
+        d = DATASETS[task["dataset"]]
         try:
             info.cls.check_model(
                 params, prunable_layers(build_model(task["model"], d.input_shape, d.num_classes))
@@ -241,13 +241,13 @@ def _preflight(spec: Spec) -> None:
     """Checks that need the registries' knowledge but no data: the model fits the dataset, the
     torchvision files are there (or may be downloaded), every method can act within the task's
     step budget. Catches at validation what would otherwise fail one job at a time."""
-    from sparsebench.suite.data import DATASET_INFO, DatasetNotFoundError, check_available
+    from sparsebench.suite.data import DATASETS, DatasetNotFoundError, check_available
     from sparsebench.suite.models import build_model
     from sparsebench.suite.pillars.classification.masks import prunable_layers
 
     src, data, top = spec.source, spec.data[KEY], spec.data
     for name, task in data["tasks"].items():
-        info = DATASET_INFO[task["dataset"]]
+        info = DATASETS[task["dataset"]]
         try:
             model = build_model(task["model"], info.input_shape, info.num_classes)
         except ValueError as e:
@@ -287,14 +287,10 @@ def _check_registries(data: dict[str, Any], source: str) -> None:
     for name, task in data["tasks"].items():
         if task["dataset"] not in DATASETS:
             raise SpecError(
-                f"{source}: {KEY}.tasks.{name}.dataset: unknown dataset {task['dataset']!r}; "
-                f"allowed: {', '.join(sorted(DATASETS))}"
+                f"{source}: {KEY}.tasks.{name}.dataset: {DATASETS.unknown(task['dataset'])}"
             )
         if task["model"] not in MODELS:
-            raise SpecError(
-                f"{source}: {KEY}.tasks.{name}.model: unknown model {task['model']!r}; "
-                f"allowed: {', '.join(sorted(MODELS))}"
-            )
+            raise SpecError(f"{source}: {KEY}.tasks.{name}.model: {MODELS.unknown(task['model'])}")
     known = registry.all_methods(FAMILIES)
     for method, params in data["methods"].items():
         if method not in known:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from sparsebench.suite import registry
-from sparsebench.suite.job import quiet_lightning
+from sparsebench.suite.lightning import quiet_trainer
 from sparsebench.suite.pillar import Cell
 from sparsebench.suite.spec import Spec
 
@@ -67,7 +67,6 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     from .execution import use_backend
     from .lit import ClassificationModule, ConnectivityCallback, FlopsCallback, RunContext
 
-    quiet_lightning()
     sec = spec.data["classification"]
     task = sec["tasks"][cell.columns["task"]]
     recipe = task["recipe"]
@@ -106,15 +105,11 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     use_backend(module.model, module.masks, sec["execution"])
     method = info.cls(params, sparsity, ctx)
     connectivity = ConnectivityCallback(data.input_shape)
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         max_epochs=recipe["epochs"],
         # The cpu kernels take CPU tensors: such a job stays on the CPU even next to a GPU.
         accelerator="cpu" if sec["execution"] in CPU_EXECUTION else "auto",
         devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         num_sanity_val_steps=0,
         deterministic=True,
         # method first: FLOPs and connectivity see its masks

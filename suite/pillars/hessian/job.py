@@ -167,19 +167,14 @@ def compute(job: HessianJob, device: torch.device | str = "cpu") -> dict[str, An
 def run_hessian_job(job: HessianJob, threads: int = 1) -> dict[str, Any]:
     """Run ``job`` through a Lightning ``Trainer.test`` and return its metrics plus device,
     threads and peak memory."""
-    from sparsebench.suite.job import quiet_lightning
+    from sparsebench.suite.lightning import quiet_trainer
 
-    quiet_lightning()
     torch.set_num_threads(threads)
     reset_peak()  # the cells of a batch share the process: each measures its own peak
     module = HessianModule(job)
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         accelerator="auto",
         devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
     )
     trainer.test(module, DataLoader([0]), verbose=False)
     out = dict(module.result)

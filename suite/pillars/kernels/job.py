@@ -312,18 +312,13 @@ class KernelBenchModule(pl.LightningModule):
 
 def run_kernel_job(job: KernelJob, threads: int) -> list[dict]:
     """Run ``job`` through ``Trainer.test`` with ``threads`` torch threads; its rows."""
-    from sparsebench.suite.job import quiet_lightning
+    from sparsebench.suite.lightning import quiet_trainer
 
-    quiet_lightning()
     torch.set_num_threads(threads)
     module = KernelBenchModule(job)
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         accelerator="cpu" if job.device == "cpu" else "auto",
         devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
         inference_mode=False,  # inference tensors cannot enter autograd
     )
     trainer.test(module, DataLoader([0]), verbose=False)

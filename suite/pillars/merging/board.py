@@ -10,8 +10,8 @@ from pathlib import Path
 
 import polars as pl
 
+from sparsebench.suite.atomic import write_atomic
 from sparsebench.suite.boards import failed_lines, fmt, md_table, write_board_files
-from sparsebench.suite.record import atomic_write
 
 KEYS = ("model", "method", "setting")
 
@@ -181,7 +181,7 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     runs = label_expert_sets(runs)
     board = leaderboard(runs)
     curve = lambda_curve(runs)
-    atomic_write(Path(out_dir) / "lambda_curve.csv", curve.write_csv)
+    write_atomic(Path(out_dir) / "lambda_curve.csv", curve.write_csv)
     plots = {
         "accuracy_heatmap.png": lambda p: plot_heatmap(runs, p),
         "density.png": lambda p: plot_density(board, p),

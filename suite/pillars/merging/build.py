@@ -22,9 +22,6 @@ ROTATIONS = 4  # classes of the pre-training task
 
 def build(section: Mapping[str, Any], data_root: str, artefact: Artefact) -> None:
     """Make ``artefact`` (its ``params['kind']``: base, expert, cass or multitask)."""
-    from sparsebench.suite.job import quiet_lightning
-
-    quiet_lightning()
     p = artefact.params
     kind = p["kind"]
     cfg = arts.config(section, p["model"])

@@ -259,7 +259,7 @@ def run_in_lightning(fn) -> dict[str, Any]:
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader
 
-    from sparsebench.suite.job import quiet_lightning
+    from sparsebench.suite.lightning import quiet_trainer
 
     class _Cell(pl.LightningModule):
         def __init__(self) -> None:
@@ -270,15 +270,10 @@ def run_in_lightning(fn) -> dict[str, Any]:
             with torch.enable_grad():  # Fisher, AdaMerging and CASS differentiate
                 self.result = fn()
 
-    quiet_lightning()
     module = _Cell()
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         accelerator="cpu",
         inference_mode=False,  # no_grad only, which test_step lifts
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
     )
     trainer.test(module, DataLoader([0], batch_size=1), verbose=False)
     return module.result

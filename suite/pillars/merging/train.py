@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from sparsebench.suite.data import batch_loader
+from sparsebench.suite.lightning import quiet_trainer
 from sparsebench.suite.record import Diverged
 
 from .config import Recipe, TrunkConfig
@@ -131,13 +132,9 @@ def _loader(sets: Sequence[TensorDataset], batch_size: int, seed: int) -> DataLo
 
 
 def _fit(module: TrunkModule, loader: DataLoader, epochs: int) -> None:
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         max_epochs=epochs,
         accelerator="auto",  # a GPU when there is one; the module comes back to the CPU
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
     )
     trainer.fit(module, loader)
 

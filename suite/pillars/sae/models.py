@@ -158,13 +158,11 @@ class ImageConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        from sparsebench.suite.data import DATASET_INFO
+        from sparsebench.suite.data import DATASETS
 
-        if self.dataset not in DATASET_INFO:
-            raise ValueError(
-                f"model.dataset: unknown {self.dataset!r}; allowed: {sorted(DATASET_INFO)}"
-            )
-        ok = sorted(n for n, i in DATASET_INFO.items() if i.input_shape == (1, 28, 28))
+        if self.dataset not in DATASETS:
+            raise ValueError(f"model.dataset: {DATASETS.unknown(self.dataset)}")
+        ok = sorted(n for n, d in DATASETS.items() if d.input_shape == (1, 28, 28))
         if self.dataset not in ok:
             raise ValueError(
                 f"model.dataset: {self.dataset!r} is not 1×28×28 (LeNet-300-100); allowed: "

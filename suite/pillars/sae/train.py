@@ -40,15 +40,10 @@ class _Module(pl.LightningModule):
 
 
 def _fit(module: _Module, loader: DataLoader, **limits) -> float:
-    from sparsebench.suite.job import quiet_lightning
+    from sparsebench.suite.lightning import quiet_trainer
 
-    quiet_lightning()
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         gradient_clip_val=1.0,
         **limits,
     )

@@ -14,6 +14,7 @@ from sparsebench.methods.dst.cht_channel import (
     modulation_weights,
 )
 from sparsebench.suite import registry
+from sparsebench.suite.lightning import quiet_trainer
 from sparsebench.suite.pillars.classification.lit import ClassificationModule, FlopsCallback
 from sparsebench.suite.pillars.classification.masks import n_keep, prunable_layers
 from tests.methods.conftest import RECIPE, MaskWatcher, make_ctx
@@ -52,13 +53,9 @@ def _cnn_fit(method, sparsity, params=None, epochs=4, extra_callbacks=()):
         registry.build_params(method, params or {}, families=FAMILIES), sparsity, ctx
     )
     module = ClassificationModule(model, 3, RECIPE, total)
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         max_epochs=epochs,
         accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         num_sanity_val_steps=0,
         callbacks=[m, FlopsCallback(ctx.flops), *extra_callbacks],
     )

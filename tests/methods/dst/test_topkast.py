@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import sparsebench.methods.dst.topkast  # noqa: F401  (registers "topkast")
 from sparsebench.methods.dst.topkast import TopKAST
+from sparsebench.suite.lightning import quiet_trainer
 from sparsebench.suite.pillars.classification.lit import ClassificationModule, FlopsCallback
 from sparsebench.suite.pillars.classification.masks import MaskStore
 from tests.methods.conftest import RECIPE, MaskWatcher, make_ctx
@@ -244,13 +245,9 @@ def test_conv2d_model_keeps_exact_density():
     m = TopKAST(TopKAST.Params(), 0.75, ctx)
     module = ClassificationModule(model, 2, RECIPE, 10)
     watcher = MaskWatcher()
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         max_epochs=2,
         accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         num_sanity_val_steps=0,
         callbacks=[m, FlopsCallback(ctx.flops), watcher],
     )

@@ -1,0 +1,86 @@
+"""JSON Schema errors as one readable line: file, key path, value and what is allowed.
+
+Shared by the spec (``suite/spec.py``) and the claim files (``suite/claims/parse.py``): both
+report the shallowest error first (the outermost mistake, not its consequences), each kind of
+error in the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jsonschema
+
+
+def first_error(schema: dict[str, Any], data: Any) -> jsonschema.ValidationError | None:
+    """The error to report: the shallowest key path first, then by path; None when valid."""
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(data),
+        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
+    return errors[0] if errors else None
+
+
+def keypath(path: Sequence[Any]) -> str:
+    """``tasks.d.recipe`` for a path of keys and list indices; ``(top level)`` when empty."""
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def format_error(
+    err: jsonschema.ValidationError,
+    source: str,
+    *,
+    where: str | None = None,
+    pattern: str = "value {value!r} does not match {pattern!r}",
+    schema: dict[str, Any] | None = None,
+) -> str:
+    """``source: where: message`` for ``err``. ``where`` defaults to the key path; ``pattern``
+    is the message for a string the schema's pattern refuses (``{value!r}``, ``{pattern!r}``),
+    which only the caller can put in words (what the names are for); ``schema`` is the root
+    schema, where the alternatives of a oneOf/anyOf may point (``$ref``)."""
+    where = keypath(err.absolute_path) if where is None else where
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        bad = ", ".join(repr(e) for e in extra)
+        return f"{source}: {where}: unknown key {bad}; allowed keys: {', '.join(allowed)}"
+    if err.validator == "type":
+        got = "nothing (empty)" if err.instance is None else repr(err.instance)
+        return f"{source}: {where}: expected {err.validator_value}, got {got}"
+    if err.validator == "uniqueItems":
+        return f"{source}: {where}: repeated values in {err.instance!r}; list each value once"
+    if err.validator == "enum":
+        allowed = ", ".join(repr(v) for v in err.validator_value)
+        return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}"
+    if err.validator == "pattern":
+        text = pattern.format(value=err.instance, pattern=err.validator_value)
+        return f"{source}: {where}: {text}"
+    if err.validator in ("oneOf", "anyOf"):
+        options = "; or ".join(describe_schema(sub, schema) for sub in err.validator_value)
+        return f"{source}: {where}: value {err.instance!r} is invalid; expected {options}"
+    # required, minimum, minItems, ...: jsonschema's message names the value or the key
+    return f"{source}: {where}: {err.message}"
+
+
+def describe_schema(sub: dict[str, Any], root: dict[str, Any] | None = None) -> str:
+    """A few words for a simple subschema: "a value of type integer >= 1", "'auto'", "one of 'a',
+    'b'", "a value of type string or number"; a local ``$ref`` is looked up in ``root``."""
+    ref = sub.get("$ref", "")
+    if root is not None and ref.startswith("#/"):
+        for part in ref[2:].split("/"):
+            root = root[part]
+        sub = root
+    if "const" in sub:
+        return repr(sub["const"])
+    if "enum" in sub:
+        return "one of " + ", ".join(repr(v) for v in sub["enum"])
+    types = sub.get("type", "any")
+    if isinstance(types, list):
+        types = " or ".join(filter(None, [", ".join(types[:-1]), types[-1]]))
+    words = f"a value of type {types}"
+    if "minimum" in sub:
+        words += f" >= {sub['minimum']}"
+    if "maximum" in sub:
+        words += f" <= {sub['maximum']}"
+    return words
