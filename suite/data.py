@@ -1,6 +1,6 @@
 """Dataset registry: every dataset the suite trains on, loaded without internet access.
 
-Three families (see DESIGN.md, "Data without internet"):
+Three families, none of which reaches a hub at run time:
 
 * Package-shipped real data, built once into an HF ``datasets`` Arrow cache under
   ``<data_root>/hf_cache`` and memory-mapped from there on every later load:
