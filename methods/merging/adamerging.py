@@ -25,6 +25,7 @@ class _AdaMerging(MergingMethod):
 
     granularity: ClassVar[str] = "task"
     data_free = False
+    test_params = {"steps": 20}  # the contract tests' tiny run: seconds, not a minute
 
     @dataclass
     class Params:

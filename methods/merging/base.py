@@ -7,6 +7,13 @@ data-dependent method, :class:`MergeData`; it returns a :class:`MergeResult` and
 of its inputs. Only the trunk is merged: every task keeps its own frozen head (the pillar's
 job), so the state dicts here hold trunk parameters only.
 
+Artefacts of a method's own (e.g. experts fine-tuned under the method's masks): the method
+declares them in :meth:`~sparsebench.suite.method.Method.artefacts` (one
+:class:`~sparsebench.suite.method.MethodArtefact` per distinct artefact a setting needs); the
+pillar makes one per (trunk, seed, task), built by :meth:`MergingMethod.build_artefact` from an
+:class:`ArtefactContext`, and hands the built ones to ``merge`` as
+``inputs.artefacts[kind]``, one state dict per task.
+
 Hyperparameter search: a ``Params`` field whose value is ``None`` is chosen by the pillar on
 each task's validation split over the method's :attr:`MergingMethod.search` grid (by average
 normalized accuracy); ``merge`` always receives resolved values (no ``None``). A method whose
@@ -22,7 +29,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 import torch
 
-from sparsebench.suite.method import Method
+from sparsebench.suite.method import Method, MethodArtefact
 
 StateDict = dict[str, torch.Tensor]  # parameter name -> tensor (trunk only)
 Split = Literal["train", "val", "test"]
@@ -103,6 +110,8 @@ class MergeInputs:
         groups: the trunk's heads and neurons (for structured methods; may be empty).
         data: the pillar's :class:`MergeData` (None in pure unit tests).
         seed: seed of any randomness (DARE's drop): a merge is a function of its inputs.
+        artefacts: kind -> one state dict per task (in task order): the artefacts the method
+            declared (:meth:`MergingMethod.build_artefact` made them).
     """
 
     base: StateDict
@@ -111,6 +120,7 @@ class MergeInputs:
     groups: Sequence[Group] = ()
     data: MergeData | None = None
     seed: int = 0
+    artefacts: Mapping[str, Sequence[StateDict]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.experts:
@@ -128,6 +138,22 @@ class MergeInputs:
                     )
         if self.tasks and len(self.tasks) != len(self.experts):
             raise ValueError(f"{len(self.tasks)} task names for {len(self.experts)} experts")
+        for kind, per_task in self.artefacts.items():
+            if len(per_task) != len(self.experts):
+                raise ValueError(
+                    f"artefact {kind!r}: {len(per_task)} files for {len(self.experts)} experts"
+                )
+
+    def artefact(self, kind: str) -> Sequence[StateDict]:
+        """The method's artefacts of ``kind``, one per task; a clear error when the pillar
+        did not provide them."""
+        if kind not in self.artefacts:
+            have = ", ".join(sorted(self.artefacts)) or "none"
+            raise ValueError(
+                f"the merge needs its artefact {kind!r} (declared by the method's artefacts()); "
+                f"the inputs hold: {have}"
+            )
+        return self.artefacts[kind]
 
     def task_vectors(self) -> list[StateDict]:
         """τ_t = θ_t − θ0 per task (Ilharco et al. 2023, Eq. 1)."""
@@ -160,6 +186,40 @@ class MergeResult:
         return self.state
 
 
+@dataclass
+class ArtefactContext:
+    """What the pillar gives :meth:`MergingMethod.build_artefact` for one (trunk, seed, task).
+
+    Attributes:
+        task: the task's name.
+        seed: the seed of θ0 and the experts.
+        trunk: a fresh trunk module holding θ0 (train mode; for gradients at θ0).
+        base: θ0's trunk state dict.
+        expert: the task's standard expert (trunk state dict).
+        head: the task's frozen head (weight (classes, features), bias (classes,)).
+        train: (x, y) of the task's train split, in its fixed order.
+        groups: the trunk's heads and neurons.
+        config: the trunk's architecture (the pillar's config object; informational).
+        finetune: ``finetune(mask=None) -> trunk state dict``: fine-tune the trunk from θ0 on
+            the task under its frozen head with the pillar's expert recipe and seed (the same
+            training as the standard expert's); ``mask`` (trunk key -> bool tensor) confines
+            the update to its True entries (the others stay exactly θ0).
+        meta: numbers the method adds to the artefact's ``meta.json`` (optional).
+    """
+
+    task: str
+    seed: int
+    trunk: torch.nn.Module
+    base: StateDict
+    expert: StateDict
+    head: tuple[torch.Tensor, torch.Tensor]
+    train: tuple[torch.Tensor, torch.Tensor]
+    groups: Sequence[Group]
+    config: Any
+    finetune: Callable[..., StateDict]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
 class MergingMethod(Method):
     """Base class of the ``merging`` family (register with ``@register(name, "merging")``).
 
@@ -168,13 +228,24 @@ class MergingMethod(Method):
             these on validation (the grid is the paper's where it gives one; see each
             docstring).
         data_free: False when ``merge`` needs :class:`MergeData`.
-        uses_experts: which experts the pillar passes: ``"standard"`` (fine-tuned without
-            constraint) or ``"cass_tuned"`` (fine-tuned under CASS gradient masks).
+
+    A method that needs artefacts of its own declares them in ``artefacts(params, section)``
+    and builds each in :meth:`build_artefact`; ``merge`` reads them from
+    ``inputs.artefacts``.
     """
 
     search: ClassVar[dict[str, tuple[Any, ...]]] = {}
     data_free: ClassVar[bool] = True
-    uses_experts: ClassVar[str] = "standard"
+
+    @classmethod
+    def build_artefact(cls, request: MethodArtefact, ctx: ArtefactContext) -> StateDict:
+        """Make one artefact ``request`` (one of :meth:`artefacts`' requests) for the task of
+        ``ctx``: a state dict of tensors, saved by the pillar (safetensors) and handed to
+        ``merge`` as ``inputs.artefacts[request.kind][task]``."""
+        raise NotImplementedError(
+            f"{cls.__name__} declares the artefact {request.kind!r} but defines no "
+            "build_artefact(request, ctx)"
+        )
 
     @classmethod
     def grid_for(cls, params: Any) -> dict[str, tuple[Any, ...]]:

@@ -12,12 +12,23 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 
 from sparsebench.suite import registry
+from sparsebench.suite.method import MethodArtefact
 from sparsebench.suite.registry import register
 
 from ._data import loss_gradient, memo, read, require_data
-from .base import Group, MergeInputs, MergeResult, MergingMethod, StateDict, group_masks
+from .base import (
+    ArtefactContext,
+    Group,
+    MergeInputs,
+    MergeResult,
+    MergingMethod,
+    StateDict,
+    group_masks,
+    task_vectors,
+)
 from .dare import P_GRID, dare_stages  # importing the hosts registers them for host_merge
 from .task_arithmetic import LAMBDA_GRID
 from .ties import K_GRID, TIES_LAMBDA_GRID, ties_stages
@@ -121,7 +132,8 @@ def tuning_masks(
     single gradient state dict (returns its mask), shapes as the trunk: ∇L_t at θ0 of the mean
     cross-entropy on task t's train examples with its head (e.g. ``loss_gradient(data, θ0, t,
     x, y)``, importable from this module). Masks are boolean, trunk keys and shapes, on CPU.
-    The pillar trains expert t with the gradients outside mask t set to zero."""
+    :meth:`CassTuning.build_artefact` trains expert t with the gradients outside mask t set to
+    zero."""
     if isinstance(grads, Mapping):
         chosen = select_groups(groups, gradient_scores(grads, groups), keep)
         return structured_mask(base, groups, chosen)
@@ -171,6 +183,7 @@ def host_merge(
         groups=inputs.groups,
         data=inputs.data,
         seed=inputs.seed,
+        artefacts=inputs.artefacts,
     )
     return info.cls().merge(sub, host_params)
 
@@ -251,6 +264,7 @@ class Cass(_HostParamsMixin, MergingMethod):
 
     data_free = False
     search = {"keep": KEEP_GRID, **host_search("task_arithmetic")}
+    test_params = {"keep": 0.5, "n_examples": 64}
 
     @dataclass
     class Params:
@@ -295,28 +309,32 @@ class Cass(_HostParamsMixin, MergingMethod):
 
 @register("cass_tuning", family="merging")
 class CassTuning(_HostParamsMixin, MergingMethod):
-    """CASS-Tuning: experts fine-tuned under CASS gradient masks (``uses_experts =
-    "cass_tuned"``), merged by the host method with no further filtering.
+    """CASS-Tuning: experts fine-tuned under CASS gradient masks (the method's own artefact
+    ``masked_expert``, one per task), merged by the host method with no further filtering.
 
     OUR specification (the paper is public only through its abstract: "CASS-Tuning, where
     masks constrain fine-tuning gradients"): before fine-tuning no τ exists, so the mask of
     task t keeps, within each (layer, kind), the top ceil(keep · count) groups by
     ‖∇L_t(θ0)[g]‖² (the first-order gain of one gradient step restricted to g; at least one)
-    plus every ungrouped entry (:func:`tuning_masks`); the pillar computes ∇L_t at θ0, builds
-    the masks with ``keep`` and trains expert t with the gradients outside its mask zeroed.
-    ``merge`` then combines those experts with ``host`` and its ``lam`` / ``k`` / ``p``.
+    plus every ungrouped entry (:func:`tuning_masks`), L_t the mean cross-entropy of θ0 with
+    task t's frozen head on the first ``n_examples`` train examples of task t; expert t is
+    fine-tuned from θ0 with the standard experts' recipe and the gradients outside its mask
+    zeroed (:meth:`build_artefact`). ``merge`` then combines those experts with ``host`` and
+    its ``lam`` / ``k`` / ``p``.
 
-    Defaults (ours): keep = 0.5 (fixed: the pillar needs it before training, so it is not
-    searched), host Task Arithmetic with λ over its grid (TIES hosts: 0.01, ..., 2.5, see
-    ties.py), k over {0.1, 0.2, 0.3} after λ (TIES hosts: TIES' two stages), p over {0.1, ...,
-    0.9} after those (DARE hosts: DARE's stages). Task vectors: the host's.
+    Defaults (ours): keep = 0.5 (fixed: it defines the experts, so it is not searched; a list
+    gives one expert set and one cell per value), n_examples = 256, host Task Arithmetic with
+    λ over its grid (TIES hosts: 0.01, ..., 2.5, see ties.py), k over {0.1, 0.2, 0.3} after λ
+    (TIES hosts: TIES' two stages), p over {0.1, ..., 0.9} after those (DARE hosts: DARE's
+    stages). Task vectors: the host's, of the masked experts.
 
     Source: "Contribution-Aware Structured Sparsity" (2026; abstract only: "CASS-Tuning, where
     masks constrain fine-tuning gradients"); the gradient-norm selection is ours.
     """
 
-    uses_experts = "cass_tuned"
     search = host_search("task_arithmetic")
+    test_params = {"n_examples": 32}
+    ARTEFACT: ClassVar[str] = "masked_expert"
 
     @dataclass
     class Params:
@@ -325,14 +343,42 @@ class CassTuning(_HostParamsMixin, MergingMethod):
         lam: float | None = None  # host λ; None: chosen over the host's grid
         k: float | None = None  # TIES trim (hosts ties, dare_ties); None: chosen over K_GRID
         p: float | None = None  # DARE drop rate (hosts dare_*); None: chosen over P_GRID
+        n_examples: int = 256  # train examples per task for the masks' ∇L_t(θ0)
 
         def validate(self) -> None:
             if not 0.0 < self.keep <= 1.0:
                 raise ValueError(f"keep must be in (0, 1], got {self.keep}")
+            if self.n_examples < 1:
+                raise ValueError(f"n_examples must be >= 1, got {self.n_examples}")
             _validate_host_fields(self)
 
+    @classmethod
+    def artefacts(cls, params: Params, section: Mapping[str, Any]) -> list[MethodArtefact]:
+        """One masked fine-tune per task, defined by keep and n_examples (the host's
+        parameters do not change the experts: settings that differ only there share them)."""
+        return [
+            MethodArtefact(cls.ARTEFACT, {"keep": params.keep, "n_examples": params.n_examples})
+        ]
+
+    @classmethod
+    def build_artefact(cls, request: MethodArtefact, ctx: ArtefactContext) -> StateDict:
+        """Expert t fine-tuned from θ0 under its CASS-Tuning mask."""
+        keep, n = request.params["keep"], request.params["n_examples"]
+        x, y = ctx.train
+        trunk = ctx.trunk
+        trunk.zero_grad()
+        F.cross_entropy(F.linear(trunk(x[:n]), *ctx.head), y[:n]).backward()
+        grads = {k: p.grad.detach().clone() for k, p in trunk.named_parameters()}
+        base = {k: v.detach() for k, v in trunk.state_dict().items()}
+        masks = tuning_masks(base, ctx.groups, grads, keep)
+        ctx.meta["grad_mask_density"] = _density(masks)
+        return ctx.finetune(mask=masks)
+
     def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
-        res = host_merge(params.host, inputs, inputs.experts, params)
+        tuned = inputs.artefact(self.ARTEFACT)
+        res = host_merge(params.host, inputs, tuned, params)
+        if res.task_vectors is None:  # the record's density: of the masked experts
+            res.task_vectors = task_vectors(inputs.base, tuned)
         res.info = {**res.info, "host": params.host, "keep": params.keep}
         return res
 

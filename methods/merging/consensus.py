@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -67,6 +67,15 @@ class Consensus(MergingMethod):
             if self.k < 1:  # k = 0 would keep every entry: Task Arithmetic
                 raise ValueError(f"k must be >= 1 (tasks that must agree), got {self.k}")
             validate_tall_fields(self)
+
+    @classmethod
+    def check(cls, params: Params, section: Mapping[str, Any]) -> None:
+        """k tasks must agree: at most the number of tasks the spec merges."""
+        n = len(section["tasks"])
+        if params.k > n:
+            raise ValueError(
+                f"k: {params.k} tasks must agree but the spec merges {n}; allowed: 1 to {n}"
+            )
 
     def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
         data = inputs.data

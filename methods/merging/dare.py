@@ -70,6 +70,7 @@ class DareTA(MergingMethod):
     """
 
     search = {"p": P_GRID, "lam": LAMBDA_GRID}
+    test_params = {"p": 0.5}  # one drop rate: the contract tests' tiny run
 
     @classmethod
     def search_stages(cls, params: Any):
@@ -117,6 +118,7 @@ class DareTies(MergingMethod):
     """
 
     search = {"p": P_GRID, "k": K_GRID, "lam": TIES_LAMBDA_GRID}
+    test_params = {"p": 0.5}
 
     @classmethod
     def search_stages(cls, params: Any):

@@ -144,6 +144,7 @@ class Fisher(MergingMethod):
     """
 
     data_free = False
+    test_params = {"n_examples": 32}
 
     @dataclass
     class Params:

@@ -81,6 +81,7 @@ class RegMean(MergingMethod):
 
     data_free = False
     search = {"alpha": (0.7, 0.8, 0.9, 1.0)}  # used only if alpha is set to None
+    test_params = {"n_examples": 64}
 
     @dataclass
     class Params:

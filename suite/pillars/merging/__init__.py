@@ -3,9 +3,10 @@ with sparsified task vectors, and read per-task and normalized accuracy next to 
 density and merge cost.
 
 The DAG per (trunk, seed): ``base`` (θ0, rotation pre-training) -> ``expert/<task>`` (head
-probe + fine-tuning) -> ``multitask`` (joint fine-tuning, needs the experts' heads) and
-``cass/<task>`` (CASS-Tuning experts, only when a cell needs them); cells of one (trunk, seed)
-share a process and read those artefacts. See :mod:`.artefacts`, :mod:`.job` and
+probe + fine-tuning) -> ``multitask`` (joint fine-tuning, needs the experts' heads) and the
+artefacts methods declare (``Method.artefacts``: one per task from θ0 and that task's expert,
+built by the method's ``build_artefact``, only when a cell needs them); cells of one (trunk,
+seed) share a process and read those artefacts. See :mod:`.artefacts`, :mod:`.job` and
 docs/merging.md.
 """
 
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from sparsebench.suite import registry
+from sparsebench.suite.method import MethodArtefact
 from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, Plot, register_pillar
 from sparsebench.suite.spec import Spec, SpecError, section_settings
 
@@ -25,17 +27,6 @@ from . import artefacts as arts
 from .table import COLUMNS
 
 FAMILY = ("merging",)
-# Parameters of the tiny contract runs that would take longest at their defaults (seconds, not
-# tens of seconds): fewer AdaMerging steps, fewer Fisher/RegMean examples, one DARE rate.
-TINY: dict[str, dict[str, Any]] = {
-    "adamerging_task": {"steps": 20},
-    "adamerging_layer": {"steps": 20},
-    "fisher": {"n_examples": 32},
-    "regmean": {"n_examples": 64},
-    "dare_ta": {"p": 0.5},
-    "dare_ties": {"p": 0.5},
-    "cass": {"keep": 0.5, "n_examples": 64},
-}
 EXPERTS_PER_JOB = 4
 
 
@@ -75,7 +66,7 @@ class MergingPillar(Pillar):
     def example(self, method: str | None = None) -> dict[str, Any]:
         recipe = {"epochs": 1, "lr": 0.001, "batch_size": 128}
         methods = (
-            {method: TINY.get(method, {})}
+            {method: dict(registry.get_method(method, FAMILY).cls.test_params)}
             if method
             else {"task_arithmetic": {"lam": 0.3}, "ties": {}}
         )
@@ -88,7 +79,6 @@ class MergingPillar(Pillar):
                 "seeds": [0],
                 "pretrain": recipe,
                 "finetune": recipe,
-                "cass_examples": 32,
             }
         }
 
@@ -120,13 +110,13 @@ class MergingPillar(Pillar):
             except ValueError as e:
                 raise SpecError(f"{src}: merging.models.{name}: {e}") from None
         for method in sec["methods"]:
+            info = registry.get_method(method, FAMILY)
             for s in settings(spec, method):  # every Params built: names and types checked
-                k = getattr(s.params, "k", None)
-                if method == "consensus" and k > len(sec["tasks"]):
-                    raise SpecError(
-                        f"{src}: merging.methods.consensus.k: {k} tasks must agree but the "
-                        f"spec merges {len(sec['tasks'])}; allowed: 1 to {len(sec['tasks'])}"
-                    )
+                try:
+                    info.cls.check(s.params, sec)
+                    arts.requests(sec, method, s.params)
+                except ValueError as e:
+                    raise SpecError(f"{src}: merging.methods.{method}: {e}") from None
         sources = {TASKS[t].source for t in sec["tasks"]}
         for source in sorted(sources):
             try:
@@ -139,7 +129,7 @@ class MergingPillar(Pillar):
     # ------------------------------------------------------------------ artefacts
     def artefacts(self, spec: Spec) -> list[Artefact]:
         sec, threads = spec.data["merging"], spec.data["threads"]
-        keeps = sorted({c.columns["cass_keep"] for c in self.cells(spec) if c.columns["cass_keep"]})
+        wanted = list(method_requests(spec))
         out = []
         for model in sec["models"]:
             for seed in sec["seeds"]:
@@ -167,18 +157,20 @@ class MergingPillar(Pillar):
                             **common,
                         )
                     )
-                    for keep in keeps:
+                    for method, request in wanted:  # batched like the experts
+                        folder = arts.method_folder(sec, method, request)
                         out.append(
                             arts.make(
-                                arts.cass_id(sec, model, seed, task, keep),
-                                f"{model} seed {seed}: CASS-Tuning expert {task} keep {keep:g}",
+                                arts.method_artefact_id(sec, model, seed, task, method, request),
+                                f"{model} seed {seed}: {method} {request.kind} {task}",
                                 [arts.files(base)[0], arts.files(eid)[0]],
                                 threads,
-                                f"{chunk}/cass-k{keep:g}",
-                                kind="cass",
+                                f"{chunk}/{folder}",
+                                kind="method",
+                                method=method,
+                                request_kind=request.kind,
+                                request_params=dict(request.params),
                                 task=task,
-                                keep=keep,
-                                n_examples=sec["cass_examples"],
                                 **common,
                             )
                         )
@@ -215,23 +207,18 @@ class MergingPillar(Pillar):
                         inputs.append(arts.files(arts.multitask_id(sec, model, seed))[0])
                     rows.append((ref, "{}", "default", "reference", None, tuple(inputs)))
                 for method in sec["methods"]:
-                    info = registry.get_method(method, FAMILY)
                     for s in settings(spec, method):
-                        keep = getattr(s.params, "keep", None)
-                        if info.cls.uses_experts == "cass_tuned":
-                            files = [
-                                arts.files(arts.cass_id(sec, model, seed, t, keep))[0]
-                                for t in tasks
-                            ]
-                        else:
-                            files, keep = experts, None
+                        own = [  # the method's own artefacts, one per task
+                            arts.files(arts.method_artefact_id(sec, model, seed, t, method, r))[0]
+                            for r in arts.requests(sec, method, s.params)
+                            for t in tasks
+                        ]
                         params_json = json.dumps(registry.params_to_dict(s.params), sort_keys=True)
                         rows.append(
-                            (method, params_json, s.setting_id, "merge", (s, keep),
-                             (base, *experts, *files))
+                            (method, params_json, s.setting_id, "merge", s,
+                             (base, *experts, *own))
                         )  # fmt: skip
-                for method, params_json, setting_id, kind, extra, inputs in rows:
-                    setting, keep = extra if extra else (None, None)
+                for method, params_json, setting_id, kind, setting, inputs in rows:
                     label = setting.label if setting else "reference"
                     out.append(
                         Cell(
@@ -258,7 +245,6 @@ class MergingPillar(Pillar):
                                 "tasks": ",".join(tasks),
                                 "n_tasks": len(tasks),
                                 "setting": label,
-                                "cass_keep": keep,
                             },
                         )
                     )
@@ -284,3 +270,16 @@ class MergingPillar(Pillar):
 def settings(spec: Spec, method: str):
     """The parameter settings of ``method`` in the spec's merging section (grid expanded)."""
     return section_settings(spec, "merging", method, FAMILY)
+
+
+def method_requests(spec: Spec) -> Iterator[tuple[str, MethodArtefact]]:
+    """(method, request) of every distinct artefact the spec's method settings declare, in
+    spec order: settings that ask for the same artefact share it."""
+    sec, seen = spec.data["merging"], set()
+    for method in sec["methods"]:
+        for s in settings(spec, method):
+            for r in arts.requests(sec, method, s.params):
+                key = (method, r.kind, json.dumps(dict(r.params), sort_keys=True))
+                if key not in seen:
+                    seen.add(key)
+                    yield method, r

@@ -1,22 +1,25 @@
-"""The merging pillar's artefacts: θ0, the experts and the multi-task model, per trunk and
-seed, trained once and shared by every benchmark that asks for the same ones.
+"""The merging pillar's artefacts: θ0, the experts, the multi-task model and the artefacts
+methods declare, per trunk and seed, trained once and shared by every benchmark that asks for
+the same ones.
 
 ``results/artefacts/merging/<model>-<h>/seed<s>/base/``                 θ0 (pre-trained trunk)
 ``results/artefacts/merging/<model>-<h>/seed<s>/expert-<f>/<task>/``    an expert + its head
-``results/artefacts/merging/<model>-<h>/seed<s>/cass-<f>-k<keep>/<task>/``  CASS-Tuning expert
 ``results/artefacts/merging/<model>-<h>/seed<s>/multitask-<f>-<t>/``    joint fine-tuning
+``results/artefacts/merging/<model>-<h>/seed<s>/m-<method>-<kind>-<r>/<task>/``  a method's own
 
 ``<h>`` hashes the trunk's architecture and the pre-training recipe, ``<f>`` the fine-tuning
-recipe, ``<t>`` the task list: changing any of them names new artefacts (an existing one is
-never rebuilt). Each folder holds ``model.safetensors`` (trunk parameters under their names,
-the task head as ``head.weight``/``head.bias`` for an expert; loaded without unpickling) and
-``meta.json`` (training time, accuracies, the recipe).
+recipe, ``<t>`` the task list, ``<r>`` a method artefact's request parameters and the
+fine-tuning recipe (its inputs are θ0 and the task's expert): changing any of them names new
+artefacts (an existing one is never rebuilt). Each folder holds ``model.safetensors`` (tensors
+under their names: trunk parameters, plus the task head as ``head.weight``/``head.bias`` for an
+expert; loaded without unpickling) and ``meta.json`` (training time, accuracies, the recipe).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     import torch
 
 from sparsebench.suite import paths, tensorfile
+from sparsebench.suite.method import MethodArtefact
 from sparsebench.suite.pillar import Artefact
 
 from .config import Recipe, TrunkConfig
@@ -32,6 +36,7 @@ from .config import Recipe, TrunkConfig
 PILLAR = "merging"
 MODEL_FILE = "model.safetensors"
 META_FILE = "meta.json"
+_KIND = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def _hash(obj: Any) -> str:
@@ -63,8 +68,43 @@ def expert_id(section: Mapping[str, Any], model: str, seed: int, task: str) -> s
     return f"{model_id(section, model)}/seed{seed}/expert-{_ft(section)}/{task}"
 
 
-def cass_id(section: Mapping[str, Any], model: str, seed: int, task: str, keep: float) -> str:
-    return f"{model_id(section, model)}/seed{seed}/cass-{_ft(section)}-k{keep:g}/{task}"
+def method_folder(section: Mapping[str, Any], method: str, request: MethodArtefact) -> str:
+    """``m-<method>-<kind>-<r>``: the folder (under a seed's) of one method artefact."""
+    key = {"params": dict(request.params), "finetune": section["finetune"]}
+    return f"m-{method}-{request.kind}-{_hash(key)}"
+
+
+def method_artefact_id(
+    section: Mapping[str, Any], model: str, seed: int, task: str, method: str,
+    request: MethodArtefact,
+) -> str:  # fmt: skip
+    folder = method_folder(section, method, request)
+    return f"{model_id(section, model)}/seed{seed}/{folder}/{task}"
+
+
+def requests(section: Mapping[str, Any], method: str, params: Any) -> list[MethodArtefact]:
+    """The artefacts one setting of ``method`` declares (``Method.artefacts``), checked: a
+    snake_case kind, unique within the setting, JSON-able parameters."""
+    from sparsebench.suite import registry
+
+    info = registry.get_method(method, (PILLAR,))
+    out = list(info.cls.artefacts(params, section))
+    kinds = [r.kind for r in out]
+    for r in out:
+        if not isinstance(r, MethodArtefact) or not _KIND.match(r.kind):
+            raise ValueError(
+                f"{method}.artefacts() returned {r!r}; allowed: MethodArtefact(kind, params) "
+                "with a snake_case kind ([a-z][a-z0-9_]*)"
+            )
+        try:
+            json.dumps(dict(r.params), sort_keys=True)
+        except TypeError as e:
+            raise ValueError(
+                f"{method}.artefacts(): {r.kind} parameters are not JSON: {e}"
+            ) from None
+    if len(set(kinds)) < len(kinds):
+        raise ValueError(f"{method}.artefacts(): kinds {kinds} repeat; each kind once")
+    return out
 
 
 def multitask_id(section: Mapping[str, Any], model: str, seed: int) -> str:

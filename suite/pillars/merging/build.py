@@ -1,6 +1,7 @@
 """Building one artefact of the merging pillar (``sparsebench build merging --artefact ID``):
-pre-training θ0, fitting a task head and fine-tuning an expert, the CASS-Tuning experts, and
-the multi-task reference. See :mod:`.artefacts` for the layout."""
+pre-training θ0, fitting a task head and fine-tuning an expert, the multi-task reference, and
+the artefacts methods declare (built by the method's ``build_artefact`` from an
+``ArtefactContext`` this module fills). See :mod:`.artefacts` for the layout."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ ROTATIONS = 4  # classes of the pre-training task
 
 
 def build(section: Mapping[str, Any], data_root: str, artefact: Artefact) -> None:
-    """Make ``artefact`` (its ``params['kind']``: base, expert, cass or multitask)."""
+    """Make ``artefact`` (its ``params['kind']``: base, expert, multitask or method)."""
     p = artefact.params
     kind = p["kind"]
     cfg = arts.config(section, p["model"])
@@ -36,38 +37,28 @@ def build(section: Mapping[str, Any], data_root: str, artefact: Artefact) -> Non
         )  # fmt: skip
         meta = {"final_loss": module.last_loss, "task": "rotation (RotNet)"}
         tensors = dict(module.trunk.state_dict())
-    elif kind in ("expert", "cass"):
+    elif kind == "expert":
         base, _ = arts.load(arts.base_id(section, p["model"], seed))
         task = load_task(p["task"], data_root)
         trunk0 = build_trunk(cfg)
         trunk0.load_state_dict(base)
-        if kind == "expert":
-            head = fit_head(trunk0, task.train, seed)
-            masks, mask_density = None, 1.0
-        else:  # the standard expert's frozen head: both kinds share it
-            _, head = arts.split_head(
-                arts.load(arts.expert_id(section, p["model"], seed, p["task"]))[0]
-            )
-            masks = _cass_masks(cfg, trunk0, head, task.train, p["keep"], p["n_examples"])
-            mask_density = _density(masks)
+        head = fit_head(trunk0, task.train, seed)
         zero_shot = evaluate(trunk0, head, task.val)
-        module = train(
-            cfg, base, [head], [task.train], arts.recipe(section, "finetune"), seed,
-            grad_masks=masks,
-        )  # fmt: skip
+        module = train(cfg, base, [head], [task.train], arts.recipe(section, "finetune"), seed)
         acc, loss = evaluate(module.trunk, head, task.val)
         meta = {
             "task": p["task"],
             "zero_shot_val_acc": zero_shot[0],
             "val_acc": acc,
             "val_loss": loss,
-            "grad_mask_density": mask_density,
         }
         tensors = {
             **module.trunk.state_dict(),
             "head.weight": head[0],
             "head.bias": head[1],
         }
+    elif kind == "method":
+        tensors, meta = _method_artefact(section, data_root, cfg, p)
     elif kind == "multitask":
         base, _ = arts.load(arts.base_id(section, p["model"], seed))
         tasks = [load_task(t, data_root) for t in section["tasks"]]
@@ -97,21 +88,49 @@ def build(section: Mapping[str, Any], data_root: str, artefact: Artefact) -> Non
     arts.save(artefact.id, tensors, meta)
 
 
-def _cass_masks(cfg, trunk, head, data, keep: float, n: int) -> dict[str, torch.Tensor]:
-    """CASS-Tuning's gradient masks: contribution of each head/neuron from the task loss's
-    gradient at θ0 on the first ``n`` train examples (see methods/merging/cass.py)."""
-    import torch.nn.functional as F
+def _method_artefact(section: Mapping[str, Any], data_root: str, cfg, p: Mapping[str, Any]):
+    """(tensors, meta) of a method's own artefact for one task: the method builds it from θ0,
+    the task's expert, head and train split, and the pillar's expert fine-tuning."""
+    from sparsebench.methods.merging.base import ArtefactContext
+    from sparsebench.suite import registry
+    from sparsebench.suite.method import MethodArtefact
 
-    from sparsebench.methods.merging.cass import tuning_masks
+    seed = p["seed"]
+    base, _ = arts.load(arts.base_id(section, p["model"], seed))
+    task = load_task(p["task"], data_root)
+    trunk0 = build_trunk(cfg)
+    trunk0.load_state_dict(base)
+    expert, head = arts.split_head(
+        arts.load(arts.expert_id(section, p["model"], seed, p["task"]))[0]
+    )
+    recipe = arts.recipe(section, "finetune")
 
-    x, y = data.tensors
-    trunk.zero_grad()
-    loss = F.cross_entropy(F.linear(trunk(x[:n]), *head), y[:n])
-    loss.backward()
-    grads = {k: p.grad.detach().clone() for k, p in trunk.named_parameters()}
-    base = {k: v.detach() for k, v in trunk.state_dict().items()}
-    return tuning_masks(base, groups(cfg), grads, keep)
+    def finetune(mask: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        module = train(cfg, base, [head], [task.train], recipe, seed, grad_masks=mask)
+        return dict(module.trunk.state_dict())
 
-
-def _density(masks: Mapping[str, torch.Tensor]) -> float:
-    return sum(int(m.sum()) for m in masks.values()) / sum(m.numel() for m in masks.values())
+    ctx = ArtefactContext(
+        task=p["task"], seed=seed, trunk=trunk0, base=base, expert=expert, head=head,
+        train=task.train.tensors, groups=groups(cfg), config=cfg, finetune=finetune,
+    )  # fmt: skip
+    request = MethodArtefact(p["request_kind"], p["request_params"])
+    info = registry.get_method(p["method"], ("merging",))
+    tensors = dict(info.cls.build_artefact(request, ctx))
+    bad = [k for k, v in tensors.items() if not isinstance(v, torch.Tensor)]
+    if not tensors or bad:
+        raise ValueError(
+            f"{p['method']}.build_artefact({request.kind!r}) must return a non-empty dict of "
+            f"tensors; got {'nothing' if not tensors else f'non-tensors under {bad[:5]}'}"
+        )
+    meta: dict[str, Any] = {
+        "task": p["task"],
+        "method": p["method"],
+        "artefact": request.kind,
+        "request": dict(request.params),
+        **ctx.meta,
+    }
+    if set(tensors) == set(base):  # a trunk: its validation accuracy under the task's head
+        trunk = build_trunk(cfg)
+        trunk.load_state_dict(tensors)
+        meta["val_acc"], meta["val_loss"] = evaluate(trunk, head, task.val)
+    return tensors, meta

@@ -3,7 +3,8 @@ test accuracy, with the method's open hyperparameters chosen on validation.
 
 Protocol (the same for every method of a board):
 
-1. the batch loads θ0, the experts (and their frozen heads) and every task's splits once;
+1. the batch loads θ0, the experts (and their frozen heads), every task's splits and the
+   artefacts the method settings declare once;
 2. for each point of the method's grid (its ``Params`` fields left ``None``, over
    ``search``), merge and evaluate on every task's validation split; the point with the highest
    average normalized validation accuracy is chosen (the first one on a tie): the curve of
@@ -125,10 +126,12 @@ class BatchState:
     cfg: Any
     bank: TaskBank
     base: dict[str, torch.Tensor]
-    experts: dict[str, list[dict[str, torch.Tensor]]]  # expert kind -> one trunk per task
+    experts: list[dict[str, torch.Tensor]]  # one trunk per task
     multitask: dict[str, torch.Tensor] | None
     expert_acc: dict[str, list[float]] = field(default_factory=dict)  # split -> per task
     select_examples: int | None = None  # validation examples per task the selection reads
+    # the cell's method artefacts: kind -> one state dict per task (MergeInputs.artefacts)
+    artefacts: dict[str, list[dict[str, torch.Tensor]]] = field(default_factory=dict)
 
 
 def scores(
@@ -181,9 +184,11 @@ def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any
     test; returns the record's metric columns."""
     reset_peak()
     method = method_cls()
-    experts = state.experts[method_cls.uses_experts]
+    experts = state.experts
     tasks = [t.name for t in state.bank.tasks]
-    inputs = MergeInputs(state.base, experts, tasks, groups(state.cfg), state.bank, seed)
+    inputs = MergeInputs(
+        state.base, experts, tasks, groups(state.cfg), state.bank, seed, state.artefacts
+    )
     curve, best, t_sel = [], None, time.perf_counter()
     chosen: dict[str, Any] = {}
     stages = [st for st in _stages(method_cls, params) if st[0]] or [([], [], {})]
@@ -209,8 +214,10 @@ def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any
     point, result, val, merge_s, examples = best
     if len(curve) > 1:
         # The cost of the chosen merge from scratch: methods may memoise work that does not
-        # depend on the searched parameters (CASS's gradients, TALL's masks) across the grid.
-        fresh = MergeInputs(state.base, experts, tasks, groups(state.cfg), state.bank, seed)
+        # depend on the searched parameters (gradients at θ0, TALL's masks) across the grid.
+        fresh = MergeInputs(
+            state.base, experts, tasks, groups(state.cfg), state.bank, seed, state.artefacts
+        )
         state.bank.examples_read = 0
         t0 = time.perf_counter()
         result = method.merge(fresh, dataclasses.replace(params, **point))
@@ -267,7 +274,7 @@ def run_in_lightning(fn) -> dict[str, Any]:
             self.result: dict[str, Any] = {}
 
         def test_step(self, batch, batch_idx):
-            with torch.enable_grad():  # Fisher, AdaMerging and CASS differentiate
+            with torch.enable_grad():  # data-dependent methods differentiate
                 self.result = fn()
 
     module = _Cell()
@@ -286,7 +293,7 @@ def run_reference(state: BatchState, name: str) -> dict[str, Any]:
     if name == "zero_shot":
         trunks, tvs = [state.base] * n, None
     elif name == "individual":
-        trunks = state.experts["standard"]
+        trunks = state.experts
         tvs = task_vectors(state.base, trunks)
     elif name == "multitask":
         if state.multitask is None:

@@ -1,7 +1,7 @@
 """The trunks the merging pillar merges: a small ViT (real attention heads and FFN neurons) and
 an MLP, each mapping a (1, 28, 28) image to a feature vector; every task reads the features
 with its own frozen linear head. Their :func:`groups` list the structured units (heads,
-neurons) that structured merging methods (CASS) select.
+neurons) that structured merging methods select.
 
 Trunk parameter names (``state_dict`` keys) are the merging methods' keys; the heads are never
 part of them.

@@ -1,14 +1,17 @@
 """The set-up the cells of one merging batch share: tasks' splits, θ0, experts and heads,
-loaded once from the artefacts (safetensors, no unpickling)."""
+loaded once from the artefacts (safetensors, no unpickling), and the artefacts that the
+batch's method settings declare."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from sparsebench.suite import registry
 from sparsebench.suite.pillar import Cell
 
 from . import artefacts as arts
@@ -17,27 +20,42 @@ from .tasks import load_task
 
 
 class MergingState:
-    """(model, seed) -> :class:`BatchState`, plus the CASS-Tuning experts by keep fraction."""
+    """(model, seed) -> :class:`BatchState`, plus each merge cell's own artefacts
+    (kind -> one state dict per task), loaded once per artefact."""
 
     def __init__(self) -> None:
         self.states: dict[tuple[str, int], BatchState] = {}
-        self.cass: dict[tuple[str, int, float], list[dict[str, torch.Tensor]]] = {}
+        self.own: dict[str, dict[str, list[dict[str, torch.Tensor]]]] = {}  # cell id -> ...
 
     def batch(self, cell: Cell) -> BatchState:
         state = self.states[(cell.columns["model"], cell.seed)]
-        keep = cell.columns.get("cass_keep")
-        if keep is None:
-            return state
-        experts = {
-            **state.experts,
-            "cass_tuned": self.cass[(cell.columns["model"], cell.seed, keep)],
-        }
-        return dataclasses.replace(state, experts=experts)
+        own = self.own.get(cell.id)
+        return dataclasses.replace(state, artefacts=own) if own else state
+
+
+def _own_artefacts(
+    section: Mapping[str, Any], cell: Cell, cache: dict[str, dict[str, torch.Tensor]]
+) -> dict[str, list[dict[str, torch.Tensor]]]:
+    """kind -> per-task tensors of the artefacts ``cell``'s method setting declares."""
+    info = registry.get_method(cell.method, ("merging",))
+    params = registry.build_params(info, json.loads(cell.params_json), families=("merging",))
+    out = {}
+    model = cell.columns["model"]
+    for request in arts.requests(section, cell.method, params):
+        per_task = []
+        for t in section["tasks"]:
+            aid = arts.method_artefact_id(section, model, cell.seed, t, cell.method, request)
+            if aid not in cache:
+                cache[aid] = arts.load(aid)[0]
+            per_task.append(cache[aid])
+        out[request.kind] = per_task
+    return out
 
 
 def load_state(section: Mapping[str, Any], data_root: str, cells: Sequence[Cell]) -> MergingState:
     out = MergingState()
     tasks = [load_task(t, data_root) for t in section["tasks"]]
+    cache: dict[str, dict[str, torch.Tensor]] = {}
     for model, seed in dict.fromkeys((c.columns["model"], c.seed) for c in cells):
         cfg = arts.config(section, model)
         base, _ = arts.load(arts.base_id(section, model, seed))
@@ -52,18 +70,17 @@ def load_state(section: Mapping[str, Any], data_root: str, cells: Sequence[Cell]
             multitask = arts.load(arts.multitask_id(section, model, seed))[0]
         bank = TaskBank(cfg, heads, tasks)
         state = BatchState(
-            cfg, bank, base, {"standard": experts}, multitask,
-            select_examples=section["select_examples"],
-        )  # fmt: skip
+            cfg, bank, base, experts, multitask, select_examples=section["select_examples"]
+        )
         for split, limit in (("val", state.select_examples), ("test", None)):
             state.expert_acc[split] = [
                 bank.evaluate(e, i, split, limit)[0] for i, e in enumerate(experts)
             ]
         bank.selection = (state.expert_acc["val"], state.select_examples)
         out.states[(model, seed)] = state
-        for keep in sorted({c.columns["cass_keep"] for c in mine if c.columns["cass_keep"]}):
-            out.cass[(model, seed, keep)] = [
-                arts.split_head(arts.load(arts.cass_id(section, model, seed, t, keep))[0])[0]
-                for t in section["tasks"]
-            ]
+        for c in mine:
+            if c.columns["kind"] == "merge":
+                own = _own_artefacts(section, c, cache)
+                if own:
+                    out.own[c.id] = own
     return out

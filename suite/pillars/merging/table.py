@@ -13,7 +13,6 @@ COLUMNS: dict[str, type] = {
     "kind": str,  # "merge" | "reference"
     "tasks": str,  # the merged tasks, comma-separated, in order
     "n_tasks": int,
-    "cass_keep": float,  # keep fraction of CASS-Tuning's experts (null for other methods)
     "avg_acc": float,  # mean over tasks of the test accuracy
     "norm_acc": float,  # mean over tasks of (merged test acc ÷ expert test acc)
     "min_norm_acc": float,  # the worst task's normalized test accuracy

@@ -1,13 +1,14 @@
 """Training of the merging pillar's artefacts, each through one Lightning ``Trainer``:
 
-* θ0: the trunk pre-trained on the label-free rotation task (:func:`pretrain`);
+* θ0: the trunk pre-trained on the label-free rotation task (:func:`train` with trainable heads);
 * a task head: a linear probe (scikit-learn's multinomial logistic regression) on θ0's
   features of the task's train split, frozen from then on (:func:`fit_head`), the role of
   CLIP's zero-shot heads in Ilharco et al. 2023;
 * an expert: the whole trunk fine-tuned from θ0 on one task under its frozen head
-  (:func:`finetune`), optionally with gradients outside a mask zeroed (CASS-Tuning);
+  (:func:`train`), optionally with its update confined to a mask (a method's masked
+  fine-tune, through ``ArtefactContext.finetune``);
 * the multi-task reference: the trunk fine-tuned from θ0 on the union of the tasks, each
-  example through its own frozen head (:func:`finetune` with several tasks).
+  example through its own frozen head (:func:`train` with several tasks).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class TrunkModule(pl.LightningModule):
 
     ``heads`` trainable only for pre-training; ``grad_masks`` (trunk key -> bool tensor)
     zeroes the gradient of every entry outside the mask before each step and resets those
-    entries to their starting value after it (CASS-Tuning: weight decay would move them)."""
+    entries to their starting value after it (weight decay would move them)."""
 
     def __init__(
         self,
@@ -93,7 +94,7 @@ class TrunkModule(pl.LightningModule):
                 p.grad.mul_(self.grad_masks[name])
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        """CASS-Tuning: entries outside the mask are reset to θ0 after every step, so the
+        """Entries outside the mask are reset to θ0 after every step, so the masked
         expert's task vector is exactly zero there (p <- θ0 + m ∘ (p − θ0))."""
         if not self.grad_masks:
             return

@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import pytest
@@ -5,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from sparsebench.methods.merging._data import loss_gradient
-from sparsebench.methods.merging.base import Group, MergeInputs
+from sparsebench.methods.merging.base import ArtefactContext, Group, MergeInputs
 from sparsebench.methods.merging.cass import (
     KEEP_GRID,
     Cass,
@@ -20,10 +21,15 @@ from sparsebench.methods.merging.cass import (
 from sparsebench.methods.merging.dare import P_GRID, DareTA
 from sparsebench.methods.merging.task_arithmetic import LAMBDA_GRID, TaskArithmetic
 from sparsebench.methods.merging.ties import K_GRID, TIES_LAMBDA_GRID, Ties
+from sparsebench.suite.method import MethodArtefact
 from tests.methods.merging.conftest import (
+    D_IN,
+    H0,
+    H1,
     assert_state_close,
     assert_unchanged,
     make_base,
+    make_experts,
     make_groups,
     make_inputs,
     snapshot,
@@ -211,13 +217,83 @@ def test_tuning_masks_rank_by_gradient_norm():
     assert math.isclose(int(single["fc0.weight"].sum()), 6)
 
 
-def test_cass_tuning_merges_its_experts_with_the_host():
-    assert CassTuning.uses_experts == "cass_tuned" and CassTuning.data_free
+def test_cass_tuning_merges_its_masked_experts_with_the_host():
+    assert CassTuning.data_free
     inputs = make_inputs(data=False)
-    a = CassTuning().merge(inputs, CassTuning.Params(lam=0.3))
-    b = TaskArithmetic().merge(inputs, TaskArithmetic.Params(lam=0.3))
-    assert_state_close(a.state, b.state, rtol=0, atol=0)
-    assert a.info["keep"] == 0.5
+    tuned = make_experts(inputs.base, 3, seed=7, scale=0.1)  # not the standard experts
+    with_own = dataclasses.replace(inputs, artefacts={"masked_expert": tuned})
+    a = CassTuning().merge(with_own, CassTuning.Params(lam=0.3))
+    expected = {  # θ0 + λ Σ_t (θ̃_t − θ0), θ̃_t the masked experts
+        k: v + 0.3 * sum(t[k] - v for t in tuned) for k, v in inputs.base.items()
+    }
+    assert_state_close(a.state, expected)
+    assert a.info["keep"] == 0.5 and a.info["host"] == "task_arithmetic"
+    for tv, t in zip(a.task_vectors, tuned):  # the record's density: of the masked experts
+        assert_state_close(tv, {k: t[k] - inputs.base[k] for k in t}, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="masked_expert"):
+        CassTuning().merge(inputs, CassTuning.Params(lam=0.3))  # the pillar gave none
+
+
+def test_cass_tuning_declares_one_masked_fine_tune_per_keep_and_example_count():
+    ties = CassTuning.artefacts(CassTuning.Params(host="ties", lam=0.5), {})
+    assert ties == [MethodArtefact("masked_expert", {"keep": 0.5, "n_examples": 256})]
+    assert CassTuning.artefacts(CassTuning.Params(), {}) == ties  # the host does not count
+    other = CassTuning.artefacts(CassTuning.Params(keep=0.25, n_examples=8), {})
+    assert other[0].params == {"keep": 0.25, "n_examples": 8}
+    with pytest.raises(ValueError, match="n_examples"):
+        CassTuning.Params(n_examples=0).validate()
+
+
+class _Trunk(torch.nn.Module):
+    """The conftest trunk as a module: relu(fc1(relu(fc0(x)))) * scale."""
+
+    def __init__(self, base):
+        super().__init__()
+        self.fc0, self.fc1 = torch.nn.Linear(D_IN, H0), torch.nn.Linear(H0, H1)
+        self.scale = torch.nn.Parameter(torch.zeros(H1))
+        self.load_state_dict(base)
+
+    def forward(self, x):
+        return torch.relu(self.fc1(torch.relu(self.fc0(x)))) * self.scale
+
+
+def test_cass_tuning_builds_its_expert_under_the_gradient_norm_mask():
+    base, groups = make_base(), make_groups()
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(40, D_IN, generator=g), torch.randint(0, 3, (40,), generator=g)
+    head = (torch.randn(3, H1, generator=g), torch.randn(3, generator=g))
+    seen = []
+
+    def finetune(mask=None):
+        seen.append(mask)
+        return {"fine": torch.ones(1)}
+
+    ctx = ArtefactContext(
+        task="t", seed=0, trunk=_Trunk(base), base=base, expert=base, head=head, train=(x, y),
+        groups=groups, config=None, finetune=finetune,
+    )  # fmt: skip
+    request = MethodArtefact("masked_expert", {"keep": 0.5, "n_examples": 16})
+    out = CassTuning.build_artefact(request, ctx)
+    assert out == {"fine": torch.ones(1)} and len(seen) == 1
+    # by hand: the gradient at θ0 of the mean cross-entropy on the first 16 examples, each
+    # neuron scored by the squared norm of its row and bias entry, the top ceil(0.5 · width)
+    # per layer kept (fc0: 4 of 8, fc1: 3 of 5), ``scale`` (ungrouped) kept
+    w = {k: v.clone().requires_grad_() for k, v in base.items()}
+    h = torch.relu(x[:16] @ w["fc0.weight"].T + w["fc0.bias"])
+    z = torch.relu(h @ w["fc1.weight"].T + w["fc1.bias"]) * w["scale"]
+    F.cross_entropy(z @ head[0].T + head[1], y[:16]).backward()
+    mask = seen[0]
+    for layer, keep in (("fc0", 4), ("fc1", 3)):
+        wg, bg = w[f"{layer}.weight"].grad, w[f"{layer}.bias"].grad
+        top = set(torch.topk((wg**2).sum(1) + bg**2, keep).indices.tolist())
+        rows = [j in top for j in range(wg.shape[0])]
+        assert mask[f"{layer}.bias"].tolist() == rows
+        assert mask[f"{layer}.weight"].all(1).tolist() == rows
+        assert not mask[f"{layer}.weight"][[not r for r in rows]].any()
+    assert bool(mask["scale"].all())
+    kept = 4 * (D_IN + 1) + 3 * (H0 + 1) + H1
+    total = sum(v.numel() for v in base.values())
+    assert ctx.meta["grad_mask_density"] == pytest.approx(kept / total)
 
 
 def test_gradients_are_memoised_per_inputs_object():

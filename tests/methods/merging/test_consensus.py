@@ -71,3 +71,10 @@ def test_validation_lambdas_and_ties_host():
 def test_k_below_one_is_refused_at_validation():
     with pytest.raises(ValueError, match="k must be >= 1"):
         Consensus.Params(k=0).validate()
+
+
+def test_check_allows_k_up_to_the_number_of_tasks_in_the_spec():
+    section = {"tasks": ["a", "b", "c"]}
+    Consensus.check(Consensus.Params(k=3), section)
+    with pytest.raises(ValueError, match="k: 4 tasks must agree.*merges 3; allowed: 1 to 3"):
+        Consensus.check(Consensus.Params(k=4), section)

@@ -42,16 +42,24 @@ def test_every_method_is_covered():
 @pytest.mark.parametrize("name", list(RESOLVED))
 def test_runs_on_device(name, device):
     cpu = make_inputs()
+    info = registry.all_methods(("merging",))[name]
+    params = registry.build_params(info, RESOLVED[name])
+    experts = [{k: v.to(device) for k, v in e.items()} for e in cpu.experts]
+    # a method's own artefacts: trunk-shaped stand-ins on the device (perturbed experts)
+    own = {
+        r.kind: [{k: v * 1.01 for k, v in e.items()} for e in experts]
+        for r in info.cls.artefacts(params, {"tasks": list(cpu.tasks)})
+    }
     inputs = MergeInputs(
         base={k: v.to(device) for k, v in cpu.base.items()},
-        experts=[{k: v.to(device) for k, v in e.items()} for e in cpu.experts],
+        experts=experts,
         tasks=cpu.tasks,
         groups=cpu.groups,
         data=DeviceData(device, 3, 0),
+        artefacts=own,
     )
     snap = snapshot(inputs)
-    info = registry.all_methods(("merging",))[name]
-    res = info.cls().merge(inputs, registry.build_params(info, RESOLVED[name]))
+    res = info.cls().merge(inputs, params)
     trunks = res.per_task if res.per_task is not None else [res.state]
     for trunk in trunks:
         assert set(trunk) == set(inputs.base)

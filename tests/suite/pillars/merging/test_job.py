@@ -35,7 +35,7 @@ def state() -> BatchState:
         heads.append((w[:, :-1].contiguous(), w[:, -1].contiguous()))
     bank = TaskBank(CFG, heads, tasks)
     experts = [{k: v + 0.05 * torch.randn_like(v) for k, v in base.items()} for _ in tasks]
-    st = BatchState(CFG, bank, base, {"standard": experts}, None, select_examples=LIMIT)
+    st = BatchState(CFG, bank, base, experts, None, select_examples=LIMIT)
     st.expert_acc["val"] = [bank.evaluate(e, i, "val", LIMIT)[0] for i, e in enumerate(experts)]
     st.expert_acc["test"] = [bank.evaluate(e, i, "test")[0] for i, e in enumerate(experts)]
     bank.selection = (st.expert_acc["val"], LIMIT)
@@ -69,7 +69,7 @@ def test_a_stage_the_spec_fixed_is_skipped(state):
 
 
 def test_selection_reads_only_the_first_select_examples(state):
-    trunk = state.experts["standard"][0]
+    trunk = state.experts[0]
     full = scores(state.bank, [trunk, trunk], "val", [1.0, 1.0])
     limited = scores(state.bank, [trunk, trunk], "val", [1.0, 1.0], LIMIT)
     by_hand = [state.bank.evaluate(trunk, t, "val", LIMIT)[0] for t in range(2)]

@@ -117,11 +117,55 @@ def test_cells_are_references_and_method_settings():
     kinds = {(c.method, c.columns["kind"]) for c in cells}
     assert ("zero_shot", "reference") in kinds and ("ties", "merge") in kinds
     assert sum(c.method == "ties" for c in cells) == 2
-    tuning = next(c for c in cells if c.method == "cass_tuning")
-    assert tuning.columns["cass_keep"] == 0.5
-    assert any("/cass-" in i for i in tuning.inputs)
     assert len({c.id for c in cells}) == len(cells)
     assert {c.batch for c in cells} == {"mlp/seed0"}
+
+
+def test_a_methods_own_artefacts_come_from_its_declaration_and_are_shared_by_settings():
+    """CASS-Tuning's masked fine-tunes: one per (keep, n_examples) and task, each from θ0 and
+    that task's expert; settings that differ only in the host share them; a cell reads (and
+    reruns on) exactly its own."""
+    spec = _spec(methods={"ties": {}, "cass_tuning": {"host": ["task_arithmetic", "ties"],
+                                                       "keep": [0.5, 0.25]}})  # fmt: skip
+    sec = spec.data["merging"]
+    own = [a for a in PILLAR.artefacts(spec) if a.params["kind"] == "method"]
+    assert len(own) == 2 * 2  # two keeps × two tasks (not × two hosts)
+    base = arts.files(arts.base_id(sec, "mlp", 0))[0]
+    for a in own:
+        task = a.params["task"]
+        assert a.id.endswith(f"/{task}") and "/seed0/m-cass_tuning-masked_expert-" in a.id
+        assert a.params["request_params"] == {"keep": a.params["request_params"]["keep"],
+                                              "n_examples": 256}  # fmt: skip
+        assert a.inputs == (base, arts.files(arts.expert_id(sec, "mlp", 0, task))[0])
+    by_keep = {
+        k: {a.outputs[0] for a in own if a.params["request_params"]["keep"] == k}
+        for k in (0.5, 0.25)
+    }
+    assert len(by_keep[0.5]) == len(by_keep[0.25]) == 2
+    assert len({a.batch for a in own}) == 2, "batched like the experts, one job per keep"
+    cells = PILLAR.cells(spec)
+    tuning = [c for c in cells if c.method == "cass_tuning"]
+    assert len(tuning) == 4
+    for c in tuning:
+        mine = by_keep[json.loads(c.params_json)["keep"]]
+        other = set().union(*by_keep.values()) - mine
+        assert mine <= set(c.inputs) and mine <= set(c.trigger["inputs"])
+        assert not other & set(c.inputs)
+    ties = next(c for c in cells if c.method == "ties")
+    assert not any("/m-" in i for i in ties.inputs)
+    # a new request value names a new artefact; the fine-tuning recipe too (its input)
+    more = _spec(methods={"cass_tuning": {"n_examples": 64}})
+    assert not {a.id for a in PILLAR.artefacts(more)} & {a.id for a in own}
+    slower = _spec(methods={"cass_tuning": {"keep": 0.5}},
+                   finetune={"epochs": 2, "lr": 0.001, "batch_size": 128})  # fmt: skip
+    assert not {a.id for a in PILLAR.artefacts(slower)} & {a.id for a in own}
+
+
+def test_setting_and_cell_ids_of_methods_with_artefacts_are_pinned():
+    """Ids from before CASS-Tuning's artefacts were declared by the method: unchanged."""
+    spec = _spec(methods={"cass_tuning": {"host": ["task_arithmetic", "ties"], "lam": 0.3}})
+    ids = sorted(c.id for c in PILLAR.cells(spec) if c.method == "cass_tuning")
+    assert ids == ["mlp/cass_tuning/p580d08308d/seed0", "mlp/cass_tuning/pe74f2dfa8e/seed0"]
 
 
 @pytest.mark.parametrize(
@@ -232,9 +276,16 @@ def test_run_refuses_cells_whose_artefacts_are_missing(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("record.json"))
 
 
-def test_consensus_k_above_the_task_count_is_refused():
-    with pytest.raises(SpecError, match="consensus.k: 3 tasks must agree.*merges 2"):
-        _spec(methods={"consensus": {"k": 3}})
+def test_a_methods_check_is_run_on_every_setting_and_named_in_the_error():
+    """Consensus' k may not exceed the number of tasks: the method's check, the pillar's
+    file and key path."""
+    with pytest.raises(SpecError) as e:
+        _spec(methods={"consensus": {"k": [2, 3]}})
+    assert str(e.value) == (
+        "m.yaml: merging.methods.consensus: k: 3 tasks must agree but the spec merges 2; "
+        "allowed: 1 to 2"
+    )
+    _spec(methods={"consensus": {"k": 2}})
 
 
 def test_rows_of_other_expert_sets_are_labelled_apart():
