@@ -37,9 +37,9 @@ class HASTE(RigL):
     the M = 16 tile of tensor-core MMA. Every other prunable layer is sparse unstructured.
     Under ``execution: cpu`` the output layer runs on the suite's generic CSR kernel like any
     other pattern (the kernel does not exploit the shared indices), so there the structure
-    buys no speed: measured on LeNet-300-100's Linear(100, 1000) at density 0.1 by
-    ``python -m sparsebench.suite.pillars.classification.bench_dst``, HASTE's mask was no
-    faster than a random mask of the same nnz (1.15-1.3x slower in two runs, docs/dst.md).
+    buys no speed: timed by the kernels pillar (pattern ``haste`` against ``random`` on
+    LeNet-300-100's Linear(100, 1000), ``suite/benchmarks/kernels.yaml``), HASTE's mask was
+    neither consistently faster nor slower than a random mask of the same nnz (docs/dst.md).
 
     Allocation. Layer densities d_l come from the spec's ``distribution`` (ERK or uniform,
     ``dense_first_layer`` as in :class:`Static`). The output layer gets ``fan_in =
@@ -147,7 +147,7 @@ class HASTE(RigL):
         counts = {n: numel[n] if d >= 1.0 else n_keep(numel[n], d) for n, d in dens.items()}
         out = next(reversed(shapes))
         n_out, n_in = shapes[out]
-        fan_in = n_in if dens[out] >= 1.0 else min(n_in, max(1, round(dens[out] * n_in)))
+        fan_in = self.output_fan_in(dens[out], n_in)
         delta = counts[out] - n_out * fan_in
         counts[out] = n_out * fan_in
         sparse = [n for n in shapes if n != out and counts[n] < numel[n]]
@@ -185,6 +185,24 @@ class HASTE(RigL):
         """Expand ``cols`` bool ``(n_groups, n_in)`` to the bool ``(n_out, n_in)`` mask."""
         return cols[cls.group_of(n_out, group_size).to(cols.device)]
 
+    @staticmethod
+    def output_fan_in(density: float, n_in: int) -> int:
+        """The output layer's per-unit fan-in at layer density ``density``:
+        ``clamp(round(density * n_in), 1, n_in)`` (ours), ``n_in`` when the layer is dense."""
+        return n_in if density >= 1.0 else min(n_in, max(1, round(density * n_in)))
+
+    @classmethod
+    def output_mask(
+        cls, n_out: int, n_in: int, fan_in: int, group_size: int, generator: torch.Generator
+    ) -> Tensor:
+        """HASTE's initial output-layer mask, bool ``(n_out, n_in)``: for each group of
+        ``group_size`` consecutive units one uniformly random set of ``fan_in`` inputs (ours),
+        drawn from ``generator`` (one ``(n_groups, n_in)`` uniform draw). The kernels pillar
+        times this pattern (``patterns: {haste: ...}``)."""
+        n_groups = -(-n_out // group_size)
+        cols = _row_topk(torch.rand((n_groups, n_in), generator=generator), fan_in)
+        return cls.group_mask(cols, n_out, group_size)
+
     @torch.no_grad()
     def init_masks(self, store) -> None:
         """Install HASTE's initial masks on ``store`` (a MaskStore): the allocation's counts,
@@ -201,10 +219,7 @@ class HASTE(RigL):
             w = store.weight(name)
             if name == out:
                 n_out, n_in = shape
-                n_groups = -(-n_out // self.params.group_size)
-                scores = torch.rand((n_groups, n_in), generator=gen)
-                cols = _row_topk(scores, fan_in)
-                mask = self.group_mask(cols, n_out, self.params.group_size)
+                mask = self.output_mask(n_out, n_in, fan_in, self.params.group_size, gen)
             else:
                 mask = top_mask(torch.rand(shape, generator=gen), counts[name])
             store.set_mask(name, mask.to(w.device))

@@ -392,3 +392,30 @@ def judge_all(claims: list[Claim], bench_dir) -> list[Verdict]:
     tables = load_tables(bench_dir, pillars)
     keys = {p: tuple(get_pillar(p).row_key) for p in pillars}
     return [judge(c, tables, keys) for c in claims]
+
+
+def judge_pillar(pillar: str, runs: pl.DataFrame | None, files=None) -> list[Verdict]:
+    """The claims that address ``pillar`` in ``files`` (default: every claim file that ships,
+    ``claims/*.yaml``), judged against ``runs``, that pillar's runs table, as :func:`judge_all`
+    judges them: what a pillar's board shows of the claims about it. Files that address other
+    pillars only are not parsed; ClaimError if an addressed file is invalid."""
+    from pathlib import Path
+
+    from sparsebench.suite.pillar import get_pillar
+
+    from . import BUILTIN
+    from .parse import load_files, read
+
+    if files is None:
+        files = sorted(BUILTIN.glob("*.yaml"))
+
+    def addresses(path) -> bool:
+        data = read(path)
+        default = (data.get("defaults") or {}).get("pillar")
+        tests = [c.get("test") or {} for c in data.get("claims") or [] if isinstance(c, dict)]
+        return any(t.get("pillar", default) == pillar for t in tests if isinstance(t, dict))
+
+    found = load_files([Path(f) for f in files if addresses(f)])
+    claims = [c for c in found if c.test["pillar"] == pillar]
+    keys = {pillar: tuple(get_pillar(pillar).row_key)}
+    return [judge(c, {pillar: runs}, keys) for c in claims]

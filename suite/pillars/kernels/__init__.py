@@ -1,5 +1,7 @@
 """The kernels pillar: every sparse-linear backend timed against dense (``nn.Linear``) and
-``dense_mask`` on one (layer shape, sparsity, batch) cell of the spec's ``kernels`` section.
+``dense_mask`` on one (layer shape, pattern, sparsity, batch) cell of the spec's ``kernels``
+section. The pattern of W is ``random`` (unstructured) unless the section's ``patterns`` name
+others (:mod:`.patterns`); a ``random`` cell's id does not name it.
 
 A record is one cell; its ``rows`` hold one measurement per (backend, op) and become the rows
 of the runs table (:meth:`KernelsPillar.table_rows`). Its status is ``failed`` when a backend
@@ -25,6 +27,8 @@ from sparsebench.suite import paths, registry
 from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, Plot, register_pillar
 from sparsebench.suite.spec import Spec, SpecError
 
+from .patterns import DEFAULT as DEFAULT_PATTERN
+from .patterns import PATTERNS
 from .table import KERNEL_COLUMNS
 
 FAMILY = ("kernels",)
@@ -74,10 +78,20 @@ class KernelsPillar(Pillar):
         prop = frag["kernels"]["properties"]["backends"]
         prop["items"]["enum"] = backends
         prop["default"] = backends
+        frag["kernels"]["properties"]["patterns"]["propertyNames"]["enum"] = PATTERNS.names()
         return frag
 
     def check(self, spec: Spec) -> None:
-        if spec.data["kernels"]["device"] == "cuda":
+        k = spec.data["kernels"]
+        shapes = [list(s) for s in k["shapes"]]
+        for name, opts in k["patterns"].items():
+            for shape in opts.get("shapes", []):
+                if list(shape) not in shapes:
+                    raise SpecError(
+                        f"{spec.source}: kernels.patterns.{name}.shapes: {list(shape)} is not "
+                        f"one of the section's shapes {shapes}; add it to kernels.shapes"
+                    )
+        if k["device"] == "cuda":
             import torch
 
             if not torch.cuda.is_available():
@@ -126,14 +140,14 @@ class KernelsPillar(Pillar):
     def cells(self, spec: Spec) -> list[Cell]:
         k = spec.data["kernels"]
         inputs = tuple(o for a in self.artefacts(spec) for o in a.outputs)
-        axes = ("shapes", "sparsities", "batches")  # a cell's own coordinates
+        axes = ("shapes", "patterns", "sparsities", "batches")  # a cell's own coordinates
         trigger = {key: v for key, v in k.items() if key not in axes}
         threads = k.get("threads", spec.data["threads"])
         return [
             Cell(
                 pillar=self.name,
-                id=f"{int(o)}x{int(i)}/s{float(s)!r}/b{int(b)}",
-                label=f"{int(o)}x{int(i)} sparsity {float(s):g} batch {int(b)}",
+                id=f"{int(o)}x{int(i)}{_part(p, '/')}/s{float(s)!r}/b{int(b)}",
+                label=f"{int(o)}x{int(i)}{_part(p, ' ')} sparsity {float(s):g} batch {int(b)}",
                 method="all",
                 seed=k["seed"],
                 trigger=trigger,
@@ -145,12 +159,15 @@ class KernelsPillar(Pillar):
                     "in_features": int(i),
                     "sparsity": float(s),
                     "batch": int(b),
+                    "pattern": p,
                     "dtype": k["dtype"],
                     "device": k["device"],
                     "setting": "default",
                 },
             )
             for o, i in k["shapes"]
+            for p, opts in k["patterns"].items()
+            if [o, i] in [list(x) for x in opts.get("shapes", k["shapes"])]
             for s in k["sparsities"]
             for b in k["batches"]
         ]
@@ -171,6 +188,7 @@ class KernelsPillar(Pillar):
             k["warmup"],
             k["seed"],
             k["device"],
+            c["pattern"],
         )
         rows = run_kernel_job(job, cell.threads)
         failed = sorted({r["backend"] for r in rows if r["status"] == "failed"})
@@ -191,10 +209,18 @@ class KernelsPillar(Pillar):
     def table_rows(self, record: dict[str, Any]) -> list[dict[str, Any]]:
         """One row per (backend, op) measurement: the cell's columns, then the row's."""
         cell = {k: v for k, v in record.items() if k != "rows"}
+        if cell.get("pattern") is None:  # recorded before patterns were an axis: all random
+            cell["pattern"] = DEFAULT_PATTERN
         rows = record.get("rows") or []
         if not rows:  # the whole cell failed before measuring
             return [{**cell, "backend": "all", "op": "all"}]
         return [{**cell, "method": r.get("backend", cell.get("method")), **r} for r in rows]
+
+
+def _part(pattern: str, sep: str) -> str:
+    """The pattern's part of a cell id or label: none for the default (``random``), so that
+    the cells of a section without ``patterns`` keep their ids."""
+    return "" if pattern == DEFAULT_PATTERN else f"{sep}{pattern}"
 
 
 def _cmd_kernels(args) -> int:

@@ -1,27 +1,30 @@
 """Tables of the kernels pillar: kernel-benchmark records -> validated runs table (pandera) ->
-leaderboard (polars) with the issue's goals checked, and a speed-up against sparsity plot.
+leaderboard (polars) with the verdicts of the claims about this pillar (judged by the claims
+engine, :func:`sparsebench.suite.claims.judge_pillar`), and a speed-up against sparsity plot.
 
-A record holds the rows of one (shape, sparsity, batch) cell: one per (backend, op).
+A record holds the rows of one (shape, pattern, sparsity, batch) cell: one per (backend, op).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from sparsebench.suite.boards import md_table, write_board_files
 
+from .patterns import DEFAULT as DEFAULT_PATTERN
 from .table import OPS
 
 BOARD_COLUMNS = [
     "out_features",
     "in_features",
+    "pattern",
     "batch",
     "op",
     "sparsity",
     "backend",
+    "nnz",
     "ms_median",
     "ms_p10",
     "ms_p90",
@@ -37,87 +40,57 @@ BOARD_COLUMNS = [
 
 
 def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
-    """Every ok row, sorted by shape, batch, op, sparsity, then fastest backend first."""
+    """Every ok row, sorted by shape, pattern, batch, op, sparsity, then fastest backend first."""
     return (
         runs.filter(pl.col("status") == "ok")
         .select(BOARD_COLUMNS)
-        .sort("out_features", "in_features", "batch", "op", "sparsity", "ms_median")
+        .sort("out_features", "in_features", "pattern", "batch", "op", "sparsity", "ms_median")
     )
 
 
-@dataclass(frozen=True)
-class Goal:
-    """A speed-up the benchmark must show: ``backend``'s ``ratio`` >= ``target`` on one cell
-    (layer shape, batch, sparsity, op) measured with ``threads`` threads in ``dtype``."""
-
-    text: str
-    backend: str
-    op: str
-    sparsity: float
-    ratio: str  # a speedup_vs_* column
-    target: float
-    shape: tuple[int, int] = (4096, 4096)
-    batch: int = 64
-    threads: int = 2
-    dtype: str = "float32"
+def with_pattern(runs: pl.DataFrame) -> pl.DataFrame:
+    """``runs`` with the ``pattern`` column filled: a table aggregated from records written
+    before patterns were an axis lacks it (or has it null), and those cells are all random."""
+    if "pattern" not in runs.columns:
+        return runs.with_columns(pattern=pl.lit(DEFAULT_PATTERN))
+    return runs.with_columns(pl.col("pattern").fill_null(DEFAULT_PATTERN))
 
 
-# The kernels issue's goals on a 2-core CPU (4096 x 4096, batch 64).
-GOALS = (
-    Goal("forward, 95 %: ≥ 5× dense", "cpu", "forward", 0.95, "speedup_vs_dense", 5.0),
-    Goal("forward, 95 %: ≥ 1.5× torch_csr", "cpu", "forward", 0.95, "speedup_vs_torch_csr", 1.5),
-    Goal("forward, 99 %: ≥ 10× dense", "cpu", "forward", 0.99, "speedup_vs_dense", 10.0),
-    Goal("fwd+bwd, 95 %: ≥ 3× dense_mask", "cpu", "fwd_bwd", 0.95, "speedup_vs_dense_mask", 3.0),
-)
+def claim_verdicts(runs: pl.DataFrame) -> pl.DataFrame:
+    """The shipped claims about this pillar (``claims/*.yaml`` whose tests address
+    ``kernels``), judged against ``runs`` by the claims engine: one row per claim with its
+    statement, verdict and the engine's reason (its numbers). A claim whose cell this run lacks
+    (e.g. a smaller slice, or another thread count than the claim names) is inconclusive."""
+    from sparsebench.suite.claims import judge_pillar
+
+    rows = [
+        {
+            "claim": v.claim.id,
+            "statement": v.claim.statement,
+            "verdict": v.verdict,
+            "estimate": v.estimate,
+            "test": v.reason,
+        }
+        for v in judge_pillar("kernels", with_pattern(runs))
+    ]
+    schema = dict.fromkeys(("claim", "statement", "verdict"), pl.String)
+    schema |= {"estimate": pl.Float64, "test": pl.String}
+    return pl.DataFrame(rows, schema=schema)
 
 
-def goals(runs: pl.DataFrame, device: str = "cpu") -> pl.DataFrame:
-    """Each goal with its measured ratio and verdict: ``pass``, ``fails`` or ``not measured``
-    (the cell or backend is not in the runs, e.g. a smaller slice)."""
-    ok = runs.filter((pl.col("status") == "ok") & (pl.col("device") == device))
-    out = []
-    for g in GOALS:
-        cell = ok.filter(
-            (pl.col("backend") == g.backend)
-            & (pl.col("op") == g.op)
-            & ((pl.col("sparsity") - g.sparsity).abs() < 1e-9)
-            & (pl.col("out_features") == g.shape[0])
-            & (pl.col("in_features") == g.shape[1])
-            & (pl.col("batch") == g.batch)
-        )
-        right = cell.filter((pl.col("threads") == g.threads) & (pl.col("dtype") == g.dtype))
-        value = right[g.ratio][0] if right.height else None
-        if value is not None:
-            verdict = "pass" if value >= g.target else "fails"
-        elif cell.height:  # the cell ran, but not under the goal's conditions
-            verdict = f"not measured ({g.threads} threads, {g.dtype})"
-        else:
-            verdict = "not measured"
-        out.append(
-            {
-                "goal": f"{g.backend} {g.text}",
-                "threads": g.threads,
-                "measured": value,
-                "verdict": verdict,
-            }
-        )
-    return pl.DataFrame(
-        out,
-        schema={
-            "goal": pl.String,
-            "threads": pl.Int64,
-            "measured": pl.Float64,
-            "verdict": pl.String,
-        },
-    )
+def _text(value: str) -> str:
+    """A claim file's or the engine's text as one Markdown table cell: no HTML tag or entity
+    (``&``, ``<`` escaped; ``>`` cannot open one), no column break, one line."""
+    text = value.replace("&", "&amp;").replace("<", "&lt;")
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def break_even(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFrame:
-    """Per (shape, batch, op, backend): the lowest measured sparsity from which the backend is
-    at least as fast as the reference at every higher sparsity (null: never)."""
+    """Per (shape, pattern, batch, op, backend): the lowest measured sparsity from which the
+    backend is at least as fast as the reference at every higher sparsity (null: never)."""
     ok = runs.filter(pl.col("status") == "ok").filter(~pl.col("backend").is_in(["dense"]))
     rows = []
-    keys = ["out_features", "in_features", "batch", "op", "backend"]
+    keys = ["out_features", "in_features", "pattern", "batch", "op", "backend"]
     for key, g in ok.group_by(keys, maintain_order=True):
         g = g.sort("sparsity")
         s, r = g["sparsity"].to_list(), g[ratio].to_list()
@@ -138,40 +111,78 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
         value = "–" if r["measured"] is None else f"{r['measured']:.2f}x"
         lines.append(f"  {r['goal']}: {value} ({r['verdict']})")
     return "\n".join(lines)
+def summary(runs: pl.DataFrame, top: int = 3) -> str:
+    """Lines for the terminal: the verdict of every claim about this pillar, with its numbers
+    (the claims engine's reason)."""
+    from sparsebench.suite.claims import judge_pillar
+
+    return "\n".join(
+        f"  {v.verdict}: {v.claim.id}: {v.reason}"
+        for v in judge_pillar("kernels", with_pattern(runs))
+    )
+
+
+def pattern_comparison(runs: pl.DataFrame) -> pl.DataFrame:
+    """Each ok row of a pattern other than ``random`` next to the ``random`` row of the same
+    (shape, sparsity, batch, op, backend): both nnz, both median ms, both speed-ups vs dense
+    and ``speedup_vs_random``, the pattern's speed-up vs dense over random's (above 1: the
+    pattern runs faster). The two patterns are two cells, i.e. two jobs; each speed-up is
+    against the dense layer timed in its own job, so load that differs between the jobs
+    cancels in ``speedup_vs_random`` (not in the raw ms). Empty when only ``random`` ran."""
+    keys = ["out_features", "in_features", "sparsity", "batch", "op", "backend"]
+    ok = runs.filter(pl.col("status") == "ok")
+    base = ok.filter(pl.col("pattern") == DEFAULT_PATTERN).select(
+        *keys,
+        random_nnz="nnz",
+        random_ms="ms_median",
+        random_speedup_vs_dense="speedup_vs_dense",
+    )
+    other = ok.filter(pl.col("pattern") != DEFAULT_PATTERN).select(
+        *keys, "pattern", "nnz", "ms_median", "speedup_vs_dense"
+    )
+    return (
+        other.join(base, on=keys, how="left")
+        .with_columns(
+            speedup_vs_random=pl.col("speedup_vs_dense") / pl.col("random_speedup_vs_dense")
+        )
+        .sort("out_features", "in_features", "pattern", "batch", "op", "sparsity", "backend")
+    )
 
 
 def speedup_pivot(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFrame:
-    """Rows (shape, batch, op, sparsity), one column per backend holding ``ratio``."""
+    """Rows (shape, pattern, batch, op, sparsity), one column per backend holding ``ratio``."""
     ok = runs.filter(pl.col("status") == "ok").with_columns(
         shape=pl.format("{}x{}", "out_features", "in_features")
     )
     if not ok.height:
         return pl.DataFrame()
-    return ok.pivot(on="backend", index=["shape", "batch", "op", "sparsity"], values=ratio).sort(
-        "shape", "batch", "op", "sparsity"
-    )
+    index = ["shape", "pattern", "batch", "op", "sparsity"]
+    return ok.pivot(on="backend", index=index, values=ratio).sort(index)
 
 
 def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
-    """Write ``leaderboard.md`` (goals, break-even, speed-up tables, every row), ``.csv``,
-    ``.json`` and ``speedup.png`` (atomically). Returns the paths by kind."""
+    """Write ``leaderboard.md`` (the claims' verdicts, break-even, speed-up tables, patterns
+    against ``random``, every row), ``.csv``, ``.json`` and ``speedup.png`` (atomically).
+    Returns the paths by kind."""
     out_dir = Path(out_dir)
+    runs = with_pattern(runs)
     board = leaderboard(runs)
     threads = sorted(set(runs["threads"].drop_nulls().to_list()))
     devices = sorted(set(runs["device"].drop_nulls().to_list()))
-    goal_table = goals(runs, devices[0] if devices else "cpu")
+    claims = claim_verdicts(runs)
+    patterns = pattern_comparison(runs)
     lines = [
         f"# Kernels leaderboard: {runs['benchmark'][0]}",
         "",
-        "Sparse linear layer y = x Wᵀ + b (W: out × in, unstructured random pattern) timed "
-        "through autograd, every backend interleaved with `dense` (nn.Linear) and `dense_mask` "
-        f"in one process; {threads} thread(s), device {devices}. Milliseconds are medians "
-        "over the rounds; speed-up > 1 is faster than the reference, < 1 slower (a result, "
-        "not a failure).",
+        "Sparse linear layer y = x Wᵀ + b (W: out × in, with the cell's pattern: `random` is "
+        "unstructured uniform) timed through autograd, every backend interleaved with `dense` "
+        f"(nn.Linear) and `dense_mask` in one process; {threads} thread(s), device {devices}. "
+        "Milliseconds are medians over the rounds; speed-up > 1 is faster than the reference, "
+        "< 1 slower (a result, not a failure).",
         "",
-        "## Goals (4096 × 4096, batch 64)",
+        "## Claims (claims/*.yaml about this pillar, judged by the claims engine)",
         "",
-        *md_table(goal_table),
+        *md_table(claims.with_columns(pl.col("statement", "test").map_elements(_text, pl.String))),
         "",
         "## Break-even sparsity vs dense (lowest sparsity from which a backend stays ≥ 1×)",
         "",
@@ -185,24 +196,33 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
         "",
         *md_table(speedup_pivot(runs, "speedup_vs_dense_mask")),
         "",
-        "## All rows",
-        "",
-        *md_table(board),
     ]
+    if patterns.height:
+        lines += [
+            "## Patterns against `random` (same shape, sparsity, batch, op and backend)",
+            "",
+            *md_table(patterns),
+            "",
+        ]
+    lines += ["## All rows", "", *md_table(board)]
     other = runs.filter(pl.col("status") != "ok").unique(["backend", "status", "error"])
     if other.height:
         lines += ["", "## Skipped or failed", ""]
         lines += [
             f"- {r['backend']} ({r['status']}): {r['error']}" for r in other.iter_rows(named=True)
         ]
-    json_data = {"rows": board.to_dicts(), "goals": goal_table.to_dicts()}
+    json_data = {
+        "rows": board.to_dicts(),
+        "claims": claims.to_dicts(),
+        "patterns": patterns.to_dicts(),
+    }
     plots = {"speedup.png": lambda path: speedup_plot(runs, path)}
     return write_board_files(out_dir, "\n".join(lines) + "\n", board, json_data, plots)
 
 
 def speedup_plot(runs: pl.DataFrame, path: Path) -> None:
-    """Speed-up vs dense against sparsity, one line per backend; one panel per (shape, op) at
-    the batch closest to 64 (the goals' batch)."""
+    """Speed-up vs dense against sparsity, one line per (backend, pattern); one panel per
+    (shape, op) at the batch closest to 64 (the claims' batch)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -226,9 +246,10 @@ def speedup_plot(runs: pl.DataFrame, path: Path) -> None:
             cell = ok.filter(
                 (pl.col("out_features") == o) & (pl.col("in_features") == n) & (pl.col("op") == op)
             )
-            for (backend,), g in cell.group_by("backend", maintain_order=True):
+            for (backend, pattern), g in cell.group_by("backend", "pattern", maintain_order=True):
                 g = g.sort("sparsity")
-                ax.plot(g["sparsity"], g["speedup_vs_dense"], "o-", label=backend)
+                label = backend if pattern == DEFAULT_PATTERN else f"{backend} ({pattern})"
+                ax.plot(g["sparsity"], g["speedup_vs_dense"], "o-", label=label)
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
             ax.set_yscale("log")
             ax.set_title(f"{o}×{n}, {op}, batch {batch}", fontsize=9)

@@ -1,7 +1,7 @@
-"""One job of the kernels pillar: time every sparse-linear backend on one (shape, sparsity,
-batch) cell, against ``dense`` (plain ``nn.Linear``) and ``dense_mask``, interleaved in one
-process with the same threads. Run as a Lightning module's test loop (one "batch" = the cell),
-like every job of the suite.
+"""One job of the kernels pillar: time every sparse-linear backend on one (shape, pattern,
+sparsity, batch) cell, against ``dense`` (plain ``nn.Linear``) and ``dense_mask``, interleaved
+in one process with the same threads. Run as a Lightning module's test loop (one "batch" = the
+cell), like every job of the suite.
 
 Measured ops, each through autograd as training uses the layer:
 
@@ -11,7 +11,8 @@ Measured ops, each through autograd as training uses the layer:
 
 ``dense`` is a plain ``nn.Linear`` (no mask); ``dense_mask`` is :class:`MaskedLinear`, the dense
 weight times the mask in every forward (what DST and pruning libraries run); every other backend
-is a :class:`~sparsebench.kernels.SparseLinear` holding only the nnz values.
+is a :class:`~sparsebench.kernels.SparseLinear` holding only the nnz values. The mask is the
+cell's pattern (:mod:`.patterns`: ``random`` unless the section names another).
 
 Timing: ``warmup`` untimed rounds, then ``repeats`` rounds; in each round every (backend, op)
 runs once, in the same order, so slow drifts (frequency, other processes) hit every backend
@@ -34,6 +35,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from .patterns import DEFAULT as DEFAULT_PATTERN
+from .patterns import PATTERNS
 from .table import OPS
 
 BASELINES = ("dense", "dense_mask")  # always measured: the references of every ratio
@@ -60,19 +63,13 @@ class KernelJob:
     warmup: int = 3
     seed: int = 0
     device: str = "cpu"
+    pattern: str = DEFAULT_PATTERN  # a name in patterns.PATTERNS: the mask every backend runs
 
 
 def useful_flops(op: str, nnz: int, batch: int) -> float:
     """FLOPs of the sparse products an op needs (2·nnz·B each, Nisa et al. 2018 count):
     forward 1 SpMM, backward 1 SpMM + 1 SDDMM, fwd_bwd all three."""
     return {"forward": 1, "backward": 2, "fwd_bwd": 3}[op] * 2.0 * nnz * batch
-
-
-def random_mask(out_f: int, in_f: int, sparsity: float, gen: torch.Generator) -> torch.Tensor:
-    """Unstructured uniform mask with exactly round((1 - sparsity)·out·in) ones (>= 1)."""
-    from sparsebench.suite.pillars.classification.masks import n_keep, top_mask
-
-    return top_mask(torch.rand(out_f, in_f, generator=gen), n_keep(out_f * in_f, 1 - sparsity))
 
 
 def two_four_mask(weight: torch.Tensor) -> torch.Tensor:
@@ -139,11 +136,12 @@ def _grads_on_pattern(layer: _Layer, pattern) -> tuple[torch.Tensor, torch.Tenso
 def measure(job: KernelJob, progress: Callable[[str], None] | None = None) -> list[dict]:
     """Time ``job``'s backends and baselines; one row per (backend, op), see KERNEL_COLUMNS.
 
-    Raises ValueError for an unknown backend name or dtype (before anything runs)."""
+    Raises ValueError for an unknown backend name, pattern or dtype (before anything runs)."""
     from sparsebench.kernels import BACKENDS, SparseLinear, SparsityPattern, get_backend
 
     for name in job.backends:
         get_backend(name, require_available=False)  # unknown names fail here, with the list
+    make_mask = PATTERNS.get(job.pattern)  # CatalogError (a ValueError) lists the patterns
     if job.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {job.dtype!r}; allowed: {', '.join(DTYPES)}")
     dtype, device = DTYPES[job.dtype], torch.device(job.device)
@@ -155,7 +153,7 @@ def measure(job: KernelJob, progress: Callable[[str], None] | None = None) -> li
     dense = dense.to(device)
     x = torch.randn(job.batch, job.in_features, generator=gen).to(device, dtype)
     grad_y = torch.randn(job.batch, job.out_features, generator=gen).to(device, dtype)
-    mask = random_mask(job.out_features, job.in_features, job.sparsity, gen).to(device)
+    mask = make_mask(job.out_features, job.in_features, job.sparsity, gen).to(device)
 
     layers: dict[str, _Layer] = {}
     rows: dict[str, dict[str, Any]] = {}

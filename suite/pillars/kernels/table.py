@@ -19,6 +19,7 @@ KERNEL_COLUMNS: dict[str, type] = {
     "in_features": int,
     "out_features": int,
     "sparsity": float,  # target fraction of zeros in W
+    "pattern": str,  # sparsity pattern of W (patterns.PATTERNS): random | haste
     "nnz": int,  # nonzeros of W actually kept
     "dtype": str,
     "ms_median": float,

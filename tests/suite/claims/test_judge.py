@@ -2,12 +2,13 @@
 
 import math
 
+import polars as pl
 import pytest
 
-from sparsebench.suite.claims import judge
+from sparsebench.suite.claims import ClaimError, judge
 from sparsebench.suite.claims.stats import mean_interval, ratio_interval, welch_diff
 
-from .conftest import rows, table
+from .conftest import one, rows, table
 
 KEYS = {"classification": ("task", "method", "setting_id", "target_sparsity", "seed")}
 RIGL, SET = {"method": "rigl"}, {"method": "set"}
@@ -193,3 +194,35 @@ def test_a_diverged_cell_is_inconclusive_not_holds(claim):
     diverged[-1]["status"] = "diverged"
     v = verdict(c, table(diverged, rows("set", [0.90, 0.905, 0.91])))
     assert v.verdict == "inconclusive" and "diverged" in v.reason
+
+
+def test_judge_pillar_judges_only_the_claims_about_that_pillar(claim_file):
+    from sparsebench.suite.claims import judge_pillar
+
+    kernel = {"kind": "value", "pillar": "kernels", "metric": "speedup_vs_dense",
+              "a": {"backend": "cpu"}, "op": ">", "bound": 5.0, "stat": "exact"}  # fmt: skip
+    mixed = claim_file(
+        [one("k-1", **kernel), one("c-1", kind="order", a=RIGL, b=SET, op=">")], name="m.yaml"
+    )
+    # a file about classification only is not parsed: its unknown metric raises nothing here
+    broken = claim_file([one("c-2", kind="value", a=RIGL, op=">", bound=1.0, metric="nope")],
+                        name="c.yaml")  # fmt: skip
+    runs = pl.DataFrame(
+        [
+            {
+                "cell_id": "8x8/s0.9/b1",
+                "backend": b,
+                "op": "forward",
+                "status": "ok",
+                "speedup_vs_dense": x,
+            }
+            for b, x in (("cpu", 6.5), ("torch_csr", 2.0))
+        ]
+    )
+    [v] = judge_pillar("kernels", runs, [mixed, broken])
+    assert v.claim.id == "k-1" and v.verdict == "holds" and v.estimate == 6.5  # 6.5 > 5
+    [v] = judge_pillar("kernels", runs.with_columns(speedup_vs_dense=pl.lit(4.0)), [mixed])
+    assert v.verdict == "fails"
+    assert judge_pillar("kernels", None, [mixed])[0].verdict == "inconclusive"  # no table
+    with pytest.raises(ClaimError, match="unknown metric 'nope'"):
+        judge_pillar("classification", runs, [broken])
