@@ -105,13 +105,6 @@ def break_even(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFr
 
 
 def summary(runs: pl.DataFrame, top: int = 3) -> str:
-    """Lines for the terminal: the goals' verdicts and the best backend per headline cell."""
-    lines = []
-    for r in goals(runs).iter_rows(named=True):
-        value = "–" if r["measured"] is None else f"{r['measured']:.2f}x"
-        lines.append(f"  {r['goal']}: {value} ({r['verdict']})")
-    return "\n".join(lines)
-def summary(runs: pl.DataFrame, top: int = 3) -> str:
     """Lines for the terminal: the verdict of every claim about this pillar, with its numbers
     (the claims engine's reason)."""
     from sparsebench.suite.claims import judge_pillar
