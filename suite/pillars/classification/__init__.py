@@ -58,7 +58,10 @@ class ClassificationPillar(Pillar):
 
     # ------------------------------------------------------------------ spec
     def example(self, method: str | None = None) -> dict[str, Any]:
-        methods = {method: {}} if method else {"dense": {}, "rigl": {}}
+        if method:
+            methods = {method: dict(registry.get_method(method, FAMILIES).cls.test_params)}
+        else:
+            methods = {"dense": {}, "rigl": {}}
         name, task = _example_task(method)
         return {
             KEY: {
