@@ -1,8 +1,8 @@
 """The method contract every family shares (in the style of benchopt's solver base).
 
-A method is one class in one file under its family's folder (``methods/<family>/``, the kernel
-backends under ``kernels/backends/``), subclassing its family's base (``base.py`` there), which
-subclasses :class:`Method`. It declares:
+A method is one class in one file under its family's package (``methods/<family>/`` unless the
+pillar's ``method_packages`` names another), subclassing its family's base (``base.py`` there),
+which subclasses :class:`Method`. It declares:
 
 * ``Params``: a dataclass whose defaults are the published ones (every field has a default);
 * its docstring: the source (a ``Source:`` paragraph: paper, algorithm or equation) and every

@@ -184,7 +184,7 @@ class ViTConfig:
 
 class Attention(nn.Module):
     """Multi-head self-attention with separate q, k, v, o projections (so that one head's
-    parameters are contiguous row/column slices: the unit structured merging selects)."""
+    parameters are contiguous row/column slices: the unit structured methods select)."""
 
     def __init__(self, dim: int, heads: int):
         super().__init__()

@@ -118,7 +118,7 @@ def pillar_table(pillar: Any, base: type[CommonSchema] | None = None) -> type[Co
     * rows unique on ``cell_id`` and the pillar's ``row_key``;
     * ``registered_method``: on an ``ok`` row the ``method_column`` holds a method registered
       in the pillar's families or one of its ``extra_method_names`` (a cell that failed
-      before it ran a method may name a placeholder, as the kernels' ``all``);
+      before it ran a method may name a placeholder instead);
     * ``ok_has_metric``: an ``ok`` row carries the pillar's :attr:`ok_metric` (default: its
       first metric).
     """
