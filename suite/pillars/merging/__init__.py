@@ -65,11 +65,16 @@ class MergingPillar(Pillar):
     # ------------------------------------------------------------------ spec
     def example(self, method: str | None = None) -> dict[str, Any]:
         recipe = {"epochs": 1, "lr": 0.001, "batch_size": 128}
-        methods = (
-            {method: dict(registry.get_method(method, FAMILY).cls.test_params)}
-            if method
-            else {"task_arithmetic": {"lam": 0.3}, "ties": {}}
-        )
+        if method:
+            names = [method]
+        else:  # the first two data-free methods that need no artefact of their own (by name)
+            infos = registry.all_methods(FAMILY)
+            names = [
+                n
+                for n, i in infos.items()
+                if i.cls.data_free and not i.cls.artefacts(i.params_cls(), {})
+            ][:2]
+        methods = {n: dict(registry.get_method(n, FAMILY).cls.test_params) for n in names}
         return {
             "merging": {
                 "models": {"mlp": {"kind": "mlp", "width": 32, "depth": 1}},
