@@ -70,6 +70,12 @@ def make_record() -> MakeRecord:
             "trained_density": density,
             "reachable_outputs_init": 1.0,
             "reachable_outputs": 1.0,
+            "allocation": None if method == "dense" else "erk",
+            "allocation_shift": None if method == "dense" else 0.0,
+            "init": None if method == "dense" else "default",
+            "mask_updates": 0 if method in ("dense", "static") else 4,
+            "effective_density_init": density,
+            "effective_density": density,
             "regrowth_s": None if method in ("dense", "static") else 0.02,
             "regrowth_updates": None if method in ("dense", "static") else 4,
             "device": "cpu",
@@ -93,6 +99,7 @@ def make_record() -> MakeRecord:
                 "inference_flops_rel_dense", "params_total", "params_nonzero", "train_wall_s",
                 "infer_ms", "infer_batch", "layer_densities_json", "device", "trained_density",
                 "reachable_outputs_init", "reachable_outputs", "regrowth_s", "regrowth_updates",
+                "mask_updates", "effective_density_init", "effective_density",
             ):  # fmt: skip
                 rec[col] = None
             rec["error"] = "RuntimeError: boom"

@@ -106,6 +106,15 @@ class MaskMethod(pl.Callback, Method):
         return float(sum(self.update_seconds)), len(self.update_seconds)
 
     @classmethod
+    def final_allocation(cls, params: Any) -> str | None:
+        """How the method's layer densities are set at the END of training, for the record's
+        ``allocation``: ``erk`` / ``uniform`` when the start's layer counts are kept (the
+        default: ``params.distribution``), ``global`` when the method ranks all layers jointly,
+        ``redistributed`` when it moves weights between layers by a rule of its own; None for
+        dense. The record's ``allocation_shift`` measures how far the layers actually moved."""
+        return getattr(params, "distribution", None)
+
+    @classmethod
     def check_budget(cls, params: Any, total_steps: int) -> None:
         """Raise ValueError if a run of ``total_steps`` optimizer steps is too short for the
         method to act as published. Called by spec validation (before any job starts) and

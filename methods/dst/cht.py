@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from sparsebench.methods.dst.static import Static
+from sparsebench.suite.pillars.classification.init import swi_std
 from sparsebench.suite.pillars.classification.masks import top_mask
 from sparsebench.suite.registry import register
 
@@ -164,15 +165,6 @@ def remove_inactive_neurons(
             masks[b] = masks[b] & masks[a].any(dim=1)[None, :]
 
 
-def swi_std(mask: torch.Tensor) -> float:
-    """SWI standard deviation of a sparse layer: ``sqrt(2 / mean fan-in)`` with the mean fan-in
-    ``nnz / n_active_outputs`` (Kaiming-normal with the fan-in of the sparse topology)."""
-    rows = mask.reshape(mask.shape[0], -1)
-    nnz = int(rows.sum())
-    active = int(rows.any(dim=1).sum())
-    return math.sqrt(2.0 * max(active, 1) / max(nnz, 1))
-
-
 @register("cht", family="dst")
 class CHT(Static):
     """Cannistraci-Hebb Training (Zhang, Zhao, Wu, Muscoloni, Cannistraci, ICLR 2024), with the
@@ -239,7 +231,7 @@ class CHT(Static):
         early_stop: bool = True
         early_stop_threshold: float = 0.9
         remove_inactive: bool = True
-        init: Literal["swi", "default"] = "swi"
+        init: Literal["default", "swi", "scaled"] = "swi"
         regrowth_init: Literal["zero", "swi"] = "zero"
         end_fraction: float = 1.0
 
@@ -305,13 +297,7 @@ class CHT(Static):
         store = pl_module.masks
         self.check_budget(self.params, self.ctx.total_steps, self.ctx.steps_per_epoch)
         self.check_model(self.params, store.layers)
-        self.init_masks(trainer, pl_module)
-        if self.params.init == "swi":
-            for name, mask in store.masks.items():
-                if mask is not None:
-                    w = store.weight(name)
-                    draw = torch.randn(w.shape, generator=self.ctx.generator) * swi_std(mask)
-                    w.data.copy_(draw.to(device=w.device, dtype=w.dtype) * mask)
+        self.init_masks(trainer, pl_module)  # init (SWI by default) follows: InitCallback
 
     def init_masks(self, trainer, pl_module) -> None:
         """Random masks at the layer densities (Static's init)."""

@@ -23,9 +23,12 @@ class GraNet(Static):
     """GraNet, sparse-to-sparse (Liu et al. 2021, Algorithm 1).
 
     Starts from a random ERK mask at ``initial_density`` d_i = 1 - s_i (0.5; set 1.0 for the
-    dense-to-sparse GraNet, s_i = 0). Let ΔT = ``int(update_fraction * total_steps)``,
-    t_0 = ``int(begin_fraction * total_steps)``, t_end = ``int(end_fraction * total_steps)`` and
-    n = (t_end - t_0) // ΔT. After steps t = t_0 + kΔT, k = 1..n, it
+    dense-to-sparse GraNet, s_i = 0; ``null`` starts at the target density, so the pruning
+    only re-ranks globally and the run costs what a sparse-from-the-start method costs: the
+    cost-matched comparator of a claim against RigL, ours).
+    Let ΔT = ``int(update_fraction * total_steps)``, t_0 = ``int(begin_fraction *
+    total_steps)``, t_end = ``int(end_fraction * total_steps)`` and n = (t_end - t_0) // ΔT.
+    After steps t = t_0 + kΔT, k = 1..n, it
 
     1. prunes globally by magnitude (one |w| ranking across all sparse layers) to the density of
        the cubic schedule (GraNet Eq. 1, Zhu & Gupta 2017): ``d_k = d_f + (d_i - d_f) *
@@ -83,7 +86,7 @@ class GraNet(Static):
 
     @dataclass
     class Params(Static.Params):
-        initial_density: float = 0.5
+        initial_density: float | None = 0.5
         update_fraction: float = 1000 / 56320
         begin_fraction: float = 0.0
         end_fraction: float = 110 / 160
@@ -92,7 +95,7 @@ class GraNet(Static):
         regenerate_after_pruning: bool = False
 
         def validate(self) -> None:
-            if not 0.0 < self.initial_density <= 1.0:
+            if self.initial_density is not None and not 0.0 < self.initial_density <= 1.0:
                 raise ValueError(f"initial_density must be in (0, 1], got {self.initial_density}")
             if not 0.0 < self.update_fraction < 1.0:
                 raise ValueError(f"update_fraction must be in (0, 1), got {self.update_fraction}")
@@ -112,6 +115,18 @@ class GraNet(Static):
                 )
 
     _batch_size = 0
+
+    @property
+    def initial_density(self) -> float:
+        """d_i: ``initial_density``, or the target density when it is null."""
+        d_i = self.params.initial_density
+        return self.density if d_i is None else d_i
+
+    @classmethod
+    def final_allocation(cls, params: Params) -> str:
+        # Every pruning step ranks all sparse layers jointly; from the target density it
+        # removes nothing, and the start's allocation stays.
+        return params.distribution if params.initial_density is None else "global"
 
     # -- schedule ------------------------------------------------------------------------
     @staticmethod
@@ -148,7 +163,7 @@ class GraNet(Static):
         k = self._k(step)
         if k is None or k > self.n_prunes:
             return None
-        d_i, d_f = self.params.initial_density, self.density
+        d_i, d_f = self.initial_density, self.density
         return d_f + (d_i - d_f) * (1.0 - k / self.n_prunes) ** 3
 
     def regenerates_at(self, step: int) -> bool:
@@ -188,7 +203,7 @@ class GraNet(Static):
     @classmethod
     def check_sparsity(cls, params: Params, sparsity: float) -> None:
         density = 1.0 - float(sparsity)
-        if density > params.initial_density:
+        if params.initial_density is not None and density > params.initial_density:
             raise ValueError(
                 f"granet: target density {density:.4g} (sparsity {sparsity:.4g}) is "
                 f"above initial_density = {params.initial_density}; GraNet only prunes, "
@@ -202,7 +217,7 @@ class GraNet(Static):
         store = pl_module.masks
         densities = layer_densities(
             store.shapes,
-            self.params.initial_density,
+            self.initial_density,
             self.params.distribution,
             self.params.dense_first_layer,
         )

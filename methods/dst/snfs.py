@@ -108,6 +108,10 @@ class SNFS(Static):
     _batch_extra = 0.0
     _capturing = False
 
+    @classmethod
+    def final_allocation(cls, params: Params) -> str:
+        return "redistributed"  # momentum redistribution moves weights between layers
+
     # -- schedule ------------------------------------------------------------------------
     def prune_rate_at(self, step: int) -> float:
         """p(t) of the cosine decay over the whole run, at optimizer step ``step``."""

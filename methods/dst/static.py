@@ -17,6 +17,9 @@ class Static(MaskMethod):
 
     Training FLOPs: ``3 * f_S`` per example (Evci et al. 2020, Appendix H).
 
+    Every method built on these ``Params`` takes ``init`` (``default`` | ``swi`` | ``scaled``,
+    :mod:`sparsebench.suite.pillars.classification.init`), applied to the initial masks.
+
     Source: Evci et al. 2020, "Rigging the Lottery: Making All Tickets Winners", ICML,
     Sec. 4 ("Static" baseline); ERK distribution from the same paper, Sec. 3.
     """
@@ -25,6 +28,7 @@ class Static(MaskMethod):
     class Params:
         distribution: Literal["erk", "uniform"] = "erk"
         dense_first_layer: bool = False
+        init: Literal["default", "swi", "scaled"] = "default"
 
     def on_fit_start(self, trainer, pl_module) -> None:
         store = pl_module.masks

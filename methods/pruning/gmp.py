@@ -45,6 +45,7 @@ class GMP(MaskMethod):
         end_fraction: float = 0.75
         distribution: Literal["uniform", "erk", "global"] = "uniform"
         dense_first_layer: bool = False
+        init: Literal["default", "swi", "scaled"] = "default"
 
         def validate(self) -> None:
             if self.pruning_frequency < 1:

@@ -35,6 +35,7 @@ class MagnitudeOneShot(MaskMethod):
         dense_fraction: float = 0.5
         distribution: Literal["global", "erk", "uniform"] = "global"
         dense_first_layer: bool = False
+        init: Literal["default", "swi", "scaled"] = "default"
 
         def validate(self) -> None:
             if not 0.0 < self.dense_fraction < 1.0:

@@ -42,6 +42,7 @@ class SNIP(MaskMethod):
         batch_size: int | None = None
         distribution: Literal["global", "erk", "uniform"] = "global"
         dense_first_layer: bool = False
+        init: Literal["default", "swi", "scaled"] = "default"
 
         def validate(self) -> None:
             if self.batch_size is not None and self.batch_size < 1:

@@ -14,8 +14,8 @@ from sparsebench.suite.pillars.classification.execution import use_backend
 from sparsebench.suite.pillars.classification.flops import TrainFlopsCounter, layer_flops
 from sparsebench.suite.pillars.classification.lit import (
     ClassificationModule,
-    FlopsCallback,
     RunContext,
+    run_callbacks,
 )
 from tests.methods.mask_methods import FAMILIES
 
@@ -77,7 +77,7 @@ def tiny_fit():
             max_epochs=epochs,
             accelerator="cpu",
             num_sanity_val_steps=0,
-            callbacks=[m, FlopsCallback(ctx.flops), *extra_callbacks],
+            callbacks=[*run_callbacks(m, ctx, (12,))[0], *extra_callbacks],
         )
         trainer.fit(module, loader)
         return module, m

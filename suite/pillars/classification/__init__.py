@@ -2,11 +2,11 @@
 image classification tasks, one cell per (task, method setting, sparsity, seed).
 
 Spec section ``classification:``: ``tasks`` (dataset, model, recipe), ``methods`` (a list value
-is a grid axis), ``sparsities``, ``seeds``, ``distribution`` (one layer-wise allocation for every
-sparse method), ``execution`` (how masked layers run) and ``infer`` (inference timing). The
-dense baseline ignores ``sparsities`` and runs once per (task, seed) at sparsity 0. Cells of one
-(task, method setting) share a process (batch): the dataset is loaded once and every seed and
-sparsity runs after it.
+is a grid axis), ``sparsities``, ``seeds``, ``distribution`` (one layer-wise allocation for
+every sparse method), ``init`` (one initial-weight rule for them), ``execution`` (how masked
+layers run) and ``infer`` (inference timing). The dense baseline ignores ``sparsities`` and runs
+once per (task, seed) at sparsity 0. Cells of one (task, method setting) share a process
+(batch): the dataset is loaded once and every seed and sparsity runs after it.
 """
 
 from __future__ import annotations
@@ -168,16 +168,19 @@ def settings(spec: Spec, method: str):
     and the spec's ``methods.<name>`` does not set it."""
     info = registry.get_method(method, FAMILIES)
     raw = dict(spec.data[KEY]["methods"][method] or {})
-    shared = spec.data[KEY].get("distribution")
     fields = {f.name for f in dataclasses.fields(info.cls.Params)}
     where = f"{spec.source}: {KEY}.methods.{method}"
-    if shared is not None and "distribution" in fields and "distribution" not in raw:
-        raw["distribution"] = shared
-        where = (
-            f"{spec.source}: {KEY}.methods.{method} (with the section's distribution: "
-            f"{shared!r}; global is for pruning methods and acdc/arc)"
-        )
+    for key, note in SHARED_KEYS.items():
+        shared = spec.data[KEY].get(key)
+        if shared is not None and key in fields and key not in raw:
+            raw[key] = shared
+            where += f" (with the section's {key}: {shared!r}{note})"
     return expand_grid(info, raw, where)
+
+
+# Section keys that fill the parameter of the same name of every method that has one and does
+# not set it (one allocation, one init per board); the note is added to its errors.
+SHARED_KEYS = {"distribution": "; global is for pruning methods and acdc/arc", "init": ""}
 
 
 # Tiny tasks for a method's example spec, tried in order until the method's check_model

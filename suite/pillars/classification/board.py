@@ -34,8 +34,13 @@ LEADERBOARD_SCHEMA: dict[str, pl.DataType] = {
     "test_acc_std": pl.Float64(),
     "val_acc_mean": pl.Float64(),
     "actual_sparsity_mean": pl.Float64(),
-    "distribution": pl.String(),  # layer-wise allocation (erk | uniform | global)
+    "distribution": pl.String(),  # layer-wise allocation at the start (erk | uniform | global)
+    "allocation": pl.String(),  # ... and at the end (erk | uniform | global | redistributed)
+    "allocation_shift_max": pl.Float64(),  # largest move of a layer's density (table.py)
+    "init": pl.String(),  # initial-weight rule (default | swi | scaled)
+    "mask_updates_mean": pl.Float64(),  # steps at which some mask changed
     "trained_density_mean": pl.Float64(),  # active for the last 10 % of steps (table.py)
+    "effective_density_mean": pl.Float64(),  # active and on an input-output path, at the end
     "reachable_outputs_min": pl.Float64(),  # lowest over seeds of the start and end values
     "train_flops_mean": pl.Float64(),
     "train_flops_rel_dense_mean": pl.Float64(),
@@ -69,9 +74,11 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
     if missing:
         raise TableError(f"runs table lacks column(s) for the leaderboard: {', '.join(missing)}")
     keys = list(GROUP_KEYS)
-    # Columns added in issue 11 (older runs tables lack them): null when absent.
+    # Columns older runs tables lack: null when absent.
     added = {"distribution": pl.String, "trained_density": pl.Float64,
-             "reachable_outputs_init": pl.Float64, "reachable_outputs": pl.Float64}  # fmt: skip
+             "reachable_outputs_init": pl.Float64, "reachable_outputs": pl.Float64,
+             "allocation": pl.String, "allocation_shift": pl.Float64, "init": pl.String,
+             "mask_updates": pl.Int64, "effective_density": pl.Float64}  # fmt: skip
     for col, dtype in added.items():
         if col not in runs.columns:
             runs = runs.with_columns(pl.lit(None, dtype=dtype).alias(col))
@@ -83,7 +90,12 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
         pl.col("val_acc").mean().alias("val_acc_mean"),
         pl.col("actual_sparsity").mean().alias("actual_sparsity_mean"),
         pl.col("distribution").drop_nulls().first().alias("distribution"),
+        pl.col("allocation").drop_nulls().first().alias("allocation"),
+        pl.col("allocation_shift").max().alias("allocation_shift_max"),
+        pl.col("init").drop_nulls().first().alias("init"),
+        pl.col("mask_updates").mean().alias("mask_updates_mean"),
         pl.col("trained_density").mean().alias("trained_density_mean"),
+        pl.col("effective_density").mean().alias("effective_density_mean"),
         pl.min_horizontal("reachable_outputs_init", "reachable_outputs")
         .min()
         .alias("reachable_outputs_min"),
@@ -152,8 +164,8 @@ def _md_escape(text: str) -> str:
 
 
 _MD_HEADER = (
-    "| rank | method | setting | test acc % | val acc % | actual sparsity % | alloc "
-    "| trained density % | reach | train FLOPs "
+    "| rank | method | setting | test acc % | val acc % | actual sparsity % | alloc | init "
+    "| mask updates | trained density % | effective density % | reach | train FLOPs "
     "| train FLOPs ÷ dense | inference FLOPs ÷ dense | train s | train s ÷ dense | infer ms "
     "| failed |"
 )
@@ -168,8 +180,11 @@ def _md_row(row: dict[str, Any]) -> str:
         _acc_cell(row),
         _pct(row["val_acc_mean"]),
         _pct(row["actual_sparsity_mean"]),
-        row["distribution"] or "–",
+        _allocation(row),
+        row["init"] or "–",
+        _num(row["mask_updates_mean"], ".3g"),
         _pct(row["trained_density_mean"]),
+        _pct(row["effective_density_mean"]),
         _num(row["reachable_outputs_min"]),
         _num(row["train_flops_mean"], ".3g"),
         _times(row["train_flops_rel_dense_mean"]),
@@ -180,6 +195,19 @@ def _md_row(row: dict[str, Any]) -> str:
         str(row["n_failed"]),
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _allocation(row: dict[str, Any]) -> str:
+    """The start allocation, with where it ended when that differs (``erk→global``) and the
+    largest layer move when a layer moved by more than a percentage point."""
+    start, end = row["distribution"], row.get("allocation")
+    text = start or "–"
+    if end and end != start:
+        text = f"{text}→{end}"
+    shift = row.get("allocation_shift_max")
+    if shift is not None and shift > 0.01:
+        text += f" (±{100 * shift:.0f} pt)"
+    return text
 
 
 def _md_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -208,9 +236,12 @@ def leaderboard_markdown(runs: pl.DataFrame, board: pl.DataFrame | None = None) 
         "Test accuracy in percent, mean ± std over seeds (n = seeds that finished); rank within "
         "(task, sparsity) by mean test accuracy. Costs are means over seeds and relative to the "
         "dense baseline of the same task (÷ dense). Inference ms is the median over seeds. "
-        "alloc: layer-wise allocation; trained density: weights active for at least the last "
-        "10 % of the steps; reach: lowest share of outputs reachable from the input (below 1: "
-        "part of the network is disconnected).",
+        "alloc: layer-wise allocation at the start, →where it ended when that differs, and "
+        "(± pt) the largest move of a layer's density away from the start allocation; init: "
+        "initial-weight rule; mask updates: steps at which some mask changed (mean); trained "
+        "density: weights active for at least the last 10 % of the steps; effective density: "
+        "active weights on some input-to-output path; reach: lowest share of outputs "
+        "reachable from the input (below 1: part of the network is disconnected).",
         "",
     ]
     for task in board.get_column("task").unique(maintain_order=True).to_list():

@@ -23,6 +23,33 @@ from sparsebench.suite.pillars.classification.masks import MaskStore
 _UNSUPPORTED = (nn.LayerNorm, nn.MultiheadAttention, nn.GroupNorm)
 
 
+def _probe(model: nn.Module, store: MaskStore) -> tuple[nn.Module, dict[str, nn.Parameter]]:
+    """A float64 eval-mode copy of ``model`` with biases zero, normalizations the identity and
+    every prunable weight replaced by its 0/1 mask (dense layers by ones); returns it and its
+    prunable weights by layer name."""
+    probe = copy.deepcopy(model).double().eval()
+    with torch.no_grad():
+        for module in probe.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.reset_parameters()  # weight 1, bias 0, running mean 0, variance 1
+            elif getattr(module, "bias", None) is not None and isinstance(
+                module.bias, nn.Parameter
+            ):
+                module.bias.zero_()
+        probe_layers = dict(probe.named_modules())
+        weights = {}
+        for name in store.layers:
+            mask = store.masks[name]
+            w = probe_layers[name].weight
+            w.copy_(torch.ones_like(w) if mask is None else mask.to(w.device, torch.float64))
+            weights[name] = w
+    return probe, weights
+
+
+def _supported(model: nn.Module) -> bool:
+    return not any(isinstance(m, _UNSUPPORTED) for m in model.modules())
+
+
 @torch.no_grad()
 def reachable_output_fraction(
     model: nn.Module, store: MaskStore, input_shape: tuple[int, ...]
@@ -36,19 +63,52 @@ def reachable_output_fraction(
     Returns: a fraction in [0, 1] (1.0 = every output connected), or None for a model with a
         layer the test does not cover (LayerNorm, attention: the ViT).
     """
-    if any(isinstance(m, _UNSUPPORTED) for m in model.modules()):
+    if not _supported(model):
         return None
-    probe = copy.deepcopy(model).double().eval()
-    for module in probe.modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            module.reset_parameters()  # weight 1, bias 0, running mean 0, variance 1
-        elif getattr(module, "bias", None) is not None and isinstance(module.bias, nn.Parameter):
-            module.bias.zero_()
-    probe_layers = dict(probe.named_modules())
-    for name in store.layers:
-        mask = store.masks[name]
-        w = probe_layers[name].weight
-        w.copy_(torch.ones_like(w) if mask is None else mask.to(w.device, torch.float64))
+    probe, _ = _probe(model, store)
     device = next(probe.parameters()).device
     out = probe(torch.ones((1, *input_shape), dtype=torch.float64, device=device))
     return float((out > 0).double().mean())
+
+
+def effective_density(
+    model: nn.Module, store: MaskStore, input_shape: tuple[int, ...]
+) -> float | None:
+    """Effective density (Vysogorets & Kempe 2023, "Connectivity Matters: Neural Network
+    Pruning Through the Lens of Effective Sparsity", JMLR, Sec. 3): the share of prunable
+    weights that are active AND lie on some input-to-output path of active connections. A
+    weight that no input reaches, or that reaches no output, is as good as pruned, so at high
+    sparsity the nominal density overstates what the network can use.
+
+    Computed as in that paper, from the all-ones probe of :func:`reachable_output_fraction`:
+    with non-negative weights and input, ``d sum(out) / d w`` of an active weight is positive
+    exactly when its input unit is reachable from the input and its output unit reaches some
+    output. Max pooling, whose gradient reaches one input of a window, is replaced in the probe
+    by average pooling, which has the same support and passes gradient to every input (ours).
+
+    Returns: a fraction in [0, 1 - sparsity], or None for a model the probe does not cover.
+    """
+    from unittest import mock
+
+    import torch.nn.functional as F
+
+    if not _supported(model) or not store.total:
+        return None
+    probe, weights = _probe(model, store)
+    for w in probe.parameters():
+        w.requires_grad_(False)
+    for w in weights.values():
+        w.requires_grad_(True)
+    device = next(probe.parameters()).device
+    x = torch.ones((1, *input_shape), dtype=torch.float64, device=device)
+
+    def avg_pool(x, kernel_size, stride=None, padding=0, *_, **__):
+        return F.avg_pool2d(x, kernel_size, stride, padding)
+
+    with mock.patch.object(F, "max_pool2d", avg_pool), torch.enable_grad():
+        probe(x).sum().backward()
+    on_path = 0
+    for w in weights.values():
+        active = w.detach() > 0
+        on_path += int((active & (w.grad > 0)).sum())
+    return on_path / store.total

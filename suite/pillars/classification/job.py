@@ -64,8 +64,9 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         sparse_forward_flops,
     )
 
+    from .connectivity import effective_density
     from .execution import use_backend
-    from .lit import ClassificationModule, ConnectivityCallback, FlopsCallback, RunContext
+    from .lit import ClassificationModule, RunContext, run_callbacks
 
     sec = spec.data["classification"]
     task = sec["tasks"][cell.columns["task"]]
@@ -104,7 +105,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     module = ClassificationModule(model, data.num_classes, recipe, total_steps)
     use_backend(module.model, module.masks, sec["execution"])
     method = info.cls(params, sparsity, ctx)
-    connectivity = ConnectivityCallback(data.input_shape)
+    callbacks, connectivity = run_callbacks(method, ctx, data.input_shape)
     trainer = quiet_trainer(
         max_epochs=recipe["epochs"],
         # The cpu kernels take CPU tensors: such a job stays on the CPU even next to a GPU.
@@ -112,8 +113,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         devices=1,
         num_sanity_val_steps=0,
         deterministic=True,
-        # method first: FLOPs and connectivity see its masks
-        callbacks=[method, FlopsCallback(counter), connectivity],
+        callbacks=callbacks,
     )
     if sec["execution"] != "dense_mask":
         # One untimed forward builds/loads the kernel backend (the cpu extension's first load
@@ -143,6 +143,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     infer = inference_ms(module.model, x_inf, sec["infer"]["repeats"])
     # Wall-clock of the method's mask updates (MaskMethod.timed_update); null when it has none.
     regrowth_s, regrowth_updates = method.update_timing()
+    distribution = getattr(params, "distribution", None)
 
     return {
         "status": "ok",
@@ -165,10 +166,33 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         "infer_batch": infer_bs,
         "device": str(module.device),
         "layer_densities_json": json.dumps(densities, sort_keys=True),
-        "distribution": getattr(params, "distribution", None),
+        "distribution": distribution,
+        "allocation": info.cls.final_allocation(params) if store.is_sparse else None,
+        "allocation_shift": allocation_shift(
+            store, distribution, 1.0 - sparsity, getattr(params, "dense_first_layer", False)
+        ),
+        "init": getattr(params, "init", None) if info.sparse else None,
+        "mask_updates": store.mask_updates,
         "trained_density": trained_density,
         "reachable_outputs_init": connectivity.at_start,
         "reachable_outputs": reachable_output_fraction(module.model, store, data.input_shape),
+        "effective_density_init": connectivity.effective_at_start,
+        "effective_density": effective_density(module.model, store, data.input_shape),
         "regrowth_s": regrowth_s,
         "regrowth_updates": regrowth_updates,
     }
+
+
+def allocation_shift(
+    store: Any, distribution: str | None, density: float, dense_first_layer: bool = False
+) -> float | None:
+    """Largest |final density - the density ``distribution`` gives the layer at the run's
+    target ``density``| over the prunable layers: 0 when a method kept its start's allocation,
+    large when it moved weights between layers (global pruning, redistribution). None for a
+    dense run or a ``global`` start (which prescribes no layer densities)."""
+    from .masks import DISTRIBUTIONS, layer_densities
+
+    if not store.is_sparse or distribution not in DISTRIBUTIONS:
+        return None
+    target = layer_densities(store.shapes, density, distribution, dense_first_layer)
+    return max(abs(store.density(n) - d) for n, d in target.items())

@@ -43,19 +43,52 @@ class FlopsCallback(pl.Callback):
         pl_module.masks.step = trainer.global_step
 
 
+class InitCallback(pl.Callback):
+    """Applies the method's ``init`` rule (:mod:`~sparsebench.suite.pillars.classification.init`)
+    once its initial masks are installed: placed right after the method among the callbacks,
+    so its ``on_fit_start`` follows the method's."""
+
+    def __init__(self, rule: str, generator: torch.Generator):
+        self.rule, self.generator = rule, generator
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        from sparsebench.suite.pillars.classification.init import apply_init
+
+        apply_init(pl_module.masks, self.rule, self.generator)
+
+
 class ConnectivityCallback(pl.Callback):
-    """Fraction of outputs reachable from the input at the start of training (after the
-    method's initial masks), see :mod:`sparsebench.suite.pillars.classification.connectivity`."""
+    """Fraction of outputs reachable from the input and effective density at the start of
+    training (after the method's initial masks), see
+    :mod:`sparsebench.suite.pillars.classification.connectivity`; from then on the mask store
+    counts mask updates."""
 
     def __init__(self, input_shape: tuple[int, ...]):
         self.input_shape = tuple(input_shape)
         self.at_start: float | None = None
+        self.effective_at_start: float | None = None
 
     def on_train_start(self, trainer, pl_module) -> None:
-        from sparsebench.suite.pillars.classification.connectivity import reachable_output_fraction
+        from sparsebench.suite.pillars.classification.connectivity import (
+            effective_density,
+            reachable_output_fraction,
+        )
 
         model, store = pl_module.model, pl_module.masks
         self.at_start = reachable_output_fraction(model, store, self.input_shape)
+        self.effective_at_start = effective_density(model, store, self.input_shape)
+        store.begin_training()
+
+
+def run_callbacks(
+    method: MaskMethod, ctx: RunContext, input_shape: tuple[int, ...]
+) -> tuple[list[pl.Callback], ConnectivityCallback]:
+    """The callbacks of one classification run, in the order that matters: the method first
+    (its initial masks), then its ``init`` rule on them, then the FLOPs counter and the
+    connectivity probe, which see its masks. Returns (callbacks, the connectivity callback)."""
+    connectivity = ConnectivityCallback(input_shape)
+    init = InitCallback(getattr(method.params, "init", "default"), ctx.generator)
+    return [method, init, FlopsCallback(ctx.flops), connectivity], connectivity
 
 
 def lr_lambda(recipe: dict[str, Any], total_steps: int):

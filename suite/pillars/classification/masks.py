@@ -157,6 +157,10 @@ class MaskStore:
         self.active_since: dict[str, torch.Tensor] = {
             n: torch.full(m.weight.shape, -1, dtype=torch.int32) for n, m in self.layers.items()
         }
+        # Steps at which some mask changed once training began (``begin_training``): the
+        # record's ``mask_updates``, measured whatever the method's schedule says.
+        self.counting = False
+        self.update_steps: set[int] = set()
         self._optimizers: list[torch.optim.Optimizer] = []
         self._hooks = [
             layer.weight.register_hook(self._grad_hook(name)) for name, layer in self.layers.items()
@@ -220,6 +224,8 @@ class MaskStore:
         old_b = torch.ones_like(w, dtype=torch.bool) if old is None else old
         new_b = torch.ones_like(w, dtype=torch.bool) if mask is None else mask
         changed = old_b ^ new_b
+        if self.counting and bool(changed.any()):
+            self.update_steps.add(self.step)
         if reset is not None:
             changed |= reset.to(changed.device)
         if changed.any():
@@ -284,6 +290,16 @@ class MaskStore:
         for name, d in densities.items():
             numel = self.weight(name).numel()
             self.set_mask(name, None if d >= 1.0 else top_mask(scores[name], n_keep(numel, d)))
+
+    def begin_training(self) -> None:
+        """From now on, count the steps at which a mask changes (the initial masks, installed
+        before, are not updates)."""
+        self.counting = True
+
+    @property
+    def mask_updates(self) -> int:
+        """Distinct optimizer steps at which some mask changed since :meth:`begin_training`."""
+        return len(self.update_steps)
 
     def trained_density(self, min_steps: int) -> float:
         """Share of prunable weights that are active and have been active for at least

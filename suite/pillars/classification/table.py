@@ -34,8 +34,20 @@ COLUMNS: dict[str, type] = {
     "infer_ms": float,  # median milliseconds of one forward pass of infer_batch examples
     "infer_batch": int,
     "layer_densities_json": str,  # layer name -> density at the end of training
-    # The layer-wise allocation the method used (erk | uniform | global); null for dense.
+    # The layer-wise allocation the method STARTS from (erk | uniform | global); null for dense.
     "distribution": str,
+    # How its layer densities are set at the END (MaskMethod.final_allocation): the start's
+    # (erk | uniform), global (ranked jointly, e.g. GraNet's pruning) or redistributed (SNFS);
+    # and the largest |final layer density - the start distribution's at the target density|
+    # (0: kept; null for a global start or dense). The layers' final densities are in
+    # layer_densities_json.
+    "allocation": str,
+    "allocation_shift": float,
+    # The initial-weight rule applied to the initial masks (default | swi | scaled, init.py).
+    "init": str,
+    # Distinct optimizer steps at which some mask changed during training (all methods,
+    # measured by the mask store; one-shot pruning counts 1, static 0).
+    "mask_updates": int,
     # Share of prunable weights active at the end AND active for at least the last 10 % of the
     # run's steps: the nominal density (1 - actual_sparsity) also counts connections grown at
     # the last update, which were barely trained (SET evolving until the last epochs).
@@ -45,6 +57,11 @@ COLUMNS: dict[str, type] = {
     # not apply (LayerNorm/attention models). Below 1: part of the network is disconnected.
     "reachable_outputs_init": float,
     "reachable_outputs": float,
+    # Effective density (Vysogorets & Kempe 2023): share of prunable weights that are active
+    # AND on some input-to-output path of active weights, at the start and at the end; null
+    # where the test does not apply (as reach). Below 1 - actual_sparsity: dead weights.
+    "effective_density_init": float,
+    "effective_density": float,
     # Wall-clock seconds spent in the method's mask updates over the whole run (choosing what
     # to drop and grow and installing the new masks and initial values; FLOPs bookkeeping
     # excluded; MaskMethod.timed_update), and how many updates there were. Null for methods
@@ -69,6 +86,8 @@ FAILED_NULL_COLUMNS: tuple[str, ...] = (
     "train_wall_s",
     "infer_ms",
     "trained_density",
+    "mask_updates",
+    "effective_density",
     "regrowth_s",
     "regrowth_updates",
 )
@@ -124,9 +143,15 @@ class ClassificationSchema(CommonSchema):
     infer_batch: int = pa.Field(ge=1, nullable=True)
     layer_densities_json: str = pa.Field(nullable=True)
     distribution: str = pa.Field(isin=["erk", "uniform", "global"], nullable=True)
+    allocation: str = pa.Field(isin=["erk", "uniform", "global", "redistributed"], nullable=True)
+    allocation_shift: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    init: str = pa.Field(isin=["default", "swi", "scaled"], nullable=True)
+    mask_updates: int = pa.Field(ge=0, nullable=True)
     trained_density: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     reachable_outputs_init: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     reachable_outputs: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    effective_density_init: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    effective_density: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     regrowth_s: float = pa.Field(ge=0.0, nullable=True)
     regrowth_updates: int = pa.Field(ge=0, nullable=True)
 

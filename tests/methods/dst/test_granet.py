@@ -200,3 +200,18 @@ def test_out_of_range_params_are_refused():
         build_params("granet", {"initial_density": 1.5})
     with pytest.raises(RegistryError, match="regeneration_rate must be in"):
         build_params("granet", {"regeneration_rate": 1.0})
+
+
+def test_started_at_the_target_density_it_keeps_the_count_and_the_start_allocation(tiny_fit):
+    watcher = MaskWatcher()
+    params = {**FIT, "initial_density": None}
+    GraNet.check_sparsity(GraNet.Params(initial_density=None), 0.05)  # any target is reachable
+    module, m = tiny_fit("granet", 0.9, params, epochs=4, extra_callbacks=[watcher])
+    assert m.initial_density == pytest.approx(0.1)
+    # ERK at density 0.1 from the first step on: every step has the target's count (up to
+    # the per-layer rounding of ERK against one global count).
+    total = module.masks.total
+    assert all(abs(sum(n.values()) - n_keep(total, 0.1)) <= 3 for n in watcher.nnz)
+    assert GraNet.final_allocation(m.params) == "erk"
+    assert GraNet.final_allocation(GraNet.Params()) == "global"
+    assert module.masks.mask_updates >= 5  # regeneration still moves connections

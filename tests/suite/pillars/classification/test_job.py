@@ -73,6 +73,12 @@ def test_same_seed_gives_identical_metrics(tmp_path):
     assert a["pillar"] == "classification" and a["family"] == "dst"
     assert a["cell_id"] == cell.id and a["label"] == cell.label
     assert a["trigger"] == cell.trigger_hash and a["cell_s"] > 0
+    # What the run ended with: RigL keeps its start's ERK layer counts, changes its masks at
+    # every scheduled update, and its effective density is at most its density.
+    assert a["distribution"] == a["allocation"] == "erk" and a["init"] == "default"
+    assert a["allocation_shift"] < 1e-3
+    assert a["mask_updates"] == a["regrowth_updates"] >= 2
+    assert 0 < a["effective_density"] <= 1 - a["actual_sparsity"] + 1e-12
 
 
 def test_missing_dataset_writes_a_failed_record(tmp_path):
@@ -152,3 +158,25 @@ def test_records_carry_the_mask_update_wall_clock(tmp_path):
     assert rigl["regrowth_updates"] == len(range(0, int(0.75 * rigl["steps"]), 5))
     assert rigl["regrowth_s"] >= 0.0
     assert static["regrowth_s"] is None and static["regrowth_updates"] is None
+
+
+def test_allocation_shift_is_the_largest_move_away_from_the_start_allocation():
+    import torch
+    from torch import nn
+
+    from sparsebench.suite.pillars.classification.job import allocation_shift
+    from sparsebench.suite.pillars.classification.masks import MaskStore
+
+    store = MaskStore(nn.Sequential(nn.Linear(10, 10), nn.Linear(10, 10)))
+    assert allocation_shift(store, "uniform", 0.5) is None  # dense
+    a = torch.zeros(10, 10, dtype=torch.bool)
+    a[:, :5] = True
+    b = a.clone()
+    store.set_masks({"0": a, "1": b})
+    assert allocation_shift(store, "uniform", 0.5) == 0.0
+    b = torch.zeros(10, 10, dtype=torch.bool)
+    b[:, :2] = True
+    a[:, 5:8] = True  # 80 and 20 of 100: the global density stays 0.5
+    store.set_masks({"0": a, "1": b})
+    assert allocation_shift(store, "uniform", 0.5) == pytest.approx(0.3)
+    assert allocation_shift(store, "global", 0.5) is None

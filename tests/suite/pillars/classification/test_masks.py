@@ -129,3 +129,22 @@ def test_global_topk_masks_rank_across_layers():
     store.global_top_masks(0.5, scores)
     assert store.masks["0"].tolist() == [[False, False], [True, True]]
     assert store.masks["1"].tolist() == [[True, True], [False, False]]
+
+
+def test_mask_updates_count_the_steps_with_a_change_after_training_begins():
+    store = MaskStore(nn.Sequential(nn.Linear(4, 3)))
+    full = torch.ones(3, 4, dtype=torch.bool)
+    one_off = full.clone()
+    one_off[0, 0] = False
+    store.set_mask("0", one_off)  # the initial mask: not an update
+    store.begin_training()
+    store.step = 5
+    store.set_mask("0", one_off)  # unchanged: not an update
+    assert store.mask_updates == 0
+    other = full.clone()
+    other[1, 1] = False
+    store.set_mask("0", other)
+    store.set_mask("0", one_off)  # a second change at the same step: one update
+    store.step = 9
+    store.set_mask("0", other)
+    assert store.mask_updates == 2

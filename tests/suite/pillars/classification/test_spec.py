@@ -49,6 +49,23 @@ def test_shared_distribution_fills_every_method_that_has_one(tmp_path):
     assert "distribution" not in params["dense"]
 
 
+def test_shared_init_fills_every_method_and_absent_keeps_their_own(tmp_path):
+    data = _digits_cnn(copy.deepcopy(BASE))
+    data["methods"]["cht"] = {"update_interval": 1}
+    data["tasks"]["mlp"]["methods"] = ["dense", "static", "snip", "cht"]
+    cells = get_pillar("classification").cells(_load(tmp_path, data))
+    params = {c.method: json.loads(c.params_json) for c in cells}
+    assert params["static"]["init"] == "default" and params["cht"]["init"] == "swi"
+    data["init"] = "scaled"
+    data["methods"]["snip"] = {"init": ["default", "swi"]}  # a method's own value wins
+    cells = get_pillar("classification").cells(_load(tmp_path, data))
+    inits = {(c.method, json.loads(c.params_json)["init"]) for c in cells if c.method != "dense"}
+    assert inits == {("static", "scaled"), ("cht", "scaled"), ("snip", "default"), ("snip", "swi")}
+    data["init"] = "xavier"
+    with pytest.raises(SpecError, match="init"):
+        _load(tmp_path, data)
+
+
 def test_a_dst_method_refuses_a_global_distribution(tmp_path):
     data = _digits_cnn(copy.deepcopy(BASE))
     data["distribution"] = "global"
