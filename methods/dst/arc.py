@@ -17,8 +17,7 @@ from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
 from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep, top_mask
 from sparsebench.suite.registry import register
 
-# Grow a little more than floor(f * nnz) would give on float noise (0.1 * 70 = 7.000000000000001
-# is fine, but other products land just under the integer).
+# floor(f * nnz) on floats: 0.29 * 100 is 28.999999999999996, which must still floor to 29.
 _EPS = 1e-9
 
 

@@ -30,6 +30,10 @@ def test_growth_adds_the_out_of_mask_weights_of_largest_gradient():
     nearly = torch.ones(2, 4, dtype=torch.bool)
     nearly[1, 3] = False  # nnz 7, k = min(floor(0.5 x 7), 8 - 7) = 1
     assert bool(Arc.grow_mask(nearly, g, 0.5).all())
+    # floor(0.29 x 100) = 29 although 0.29 * 100 is 28.999999999999996 in floats.
+    big = torch.arange(200) < 100
+    grown = Arc.grow_mask(big, torch.arange(200.0), 0.29) & ~big
+    assert grown.nonzero().flatten().tolist() == list(range(171, 200))
 
 
 def _store():
