@@ -1,115 +1,113 @@
-"""ARC: Alternating Rewiring Compression (AC/DC with early compression and sparse rewiring)."""
+"""ARC: Alternating Rewiring Compression (AC/DC's schedule with sparse rewiring phases in place
+of its dense phases)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar
 
 import torch
 
 from sparsebench.methods.dst.acdc import AcDc
+from sparsebench.methods.dst.arc_acdc import mask_iou
+from sparsebench.methods.dst.static import Static
 from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
-from sparsebench.suite.pillars.classification.masks import top_mask
+from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep, top_mask
 from sparsebench.suite.registry import register
 
-
-def mask_iou(a: Mapping[str, torch.Tensor | None], b: Mapping[str, torch.Tensor | None]) -> float:
-    """Intersection over union of two mask sets, pooled over layers: ``sum_l |A_l & B_l| /
-    sum_l |A_l | B_l|``. ``None`` (dense) counts as all ones; layers dense in both are left out
-    (they would only inflate the score). Returns 1.0 when nothing is left to compare."""
-    inter = union = 0
-    for name, ma in a.items():
-        mb = b.get(name)
-        if ma is None and mb is None:
-            continue
-        ma = torch.ones_like(mb, dtype=torch.bool) if ma is None else ma
-        mb = torch.ones_like(ma, dtype=torch.bool) if mb is None else mb.to(ma.device)
-        inter += int((ma & mb).sum())
-        union += int((ma | mb).sum())
-    return inter / union if union else 1.0
+# floor(f * nnz) on floats: 0.29 * 100 is 28.999999999999996, which must still floor to 29.
+_EPS = 1e-9
 
 
 @register("arc", family="dst")
 class Arc(AcDc):
-    """ARC, Alternating Rewiring Compression: AC/DC (:class:`AcDc`, same schedule, same
-    magnitude top-k compression to the same layer densities) with three changes.
+    """ARC, Alternating Rewiring Compression, as the seed text describes it: AC/DC with
+    zero-initialised reintroduced weights, its dense phases replaced ENTIRELY by sparse
+    rewiring phases "that update only the active mask and a small, high-gradient fraction of
+    out-of-mask weights", and those phases truncated on mask convergence. No step of a run is
+    dense. (Our AC/DC-based variant that keeps the dense phases is ``arc_acdc``.)
 
-    (a) At each decompressed phase the reintroduced weights start at zero and only THEIR
-        optimizer state is zeroed (``decompress_state_reset="reintroduced"``); AC/DC's
-        reference code zeroes every parameter's momentum there instead (``"all"``, available).
-    (b) Dense phases end early once the mask has converged: in a decompressed phase starting
-        at step r, at steps r + j·``check_interval`` (j >= 1, before the phase's end) the
-        magnitude top-k masks the next compression would install are computed; when their
-        IoU with the masks the previous compressed phase ended with (pooled over layers,
-        :func:`mask_iou`) exceeds ``convergence_threshold``, the model is compressed right
-        away with those masks. The truncated steps go to the following compressed phase:
-        its end, and every later phase boundary, stay where AC/DC has them, so the number of
-        phases and the final phase are unchanged. The dense warm-up has no previous mask and is
-        never truncated; the last (longer) decompressed phase is, like the others.
-    (c) Sparse rewiring inside compressed phases: from the step s0 a compressed stretch starts
-        (scheduled or early), after the optimizer step of iterations s = s0 + j·``rewire_interval``
-        (j >= 1) with s + ``rewire_interval`` < the stretch's end (so every rewired mask trains
-        at least one interval, from s + 1, before the phase ends), each sparse layer drops its
-        k = min(floor(``rewire_fraction`` · nnz), numel - nnz) active weights of smallest
-        magnitude and grows the k weights outside the mask (before the update; a weight just
-        dropped cannot come back in the same update) with the largest dense-gradient magnitude
-        of that iteration's batch, so every layer keeps its exact nnz; grown weights were
-        masked, so they start at zero, with zero optimizer state. The update happens after the
-        iteration's optimizer step (that step is an ordinary sparse step), on the weights
-        after it and the gradient of its batch.
+    Schedule: AC/DC's (:meth:`AcDc.make_schedule`: same fractions of the run, same phase
+    boundaries). Every phase AC/DC runs sparse (``compressed``, ``final``) trains on a fixed
+    mask of exactly nnz_l = ``n_keep(numel_l, d_l)`` weights per layer (d_l: the layer
+    densities of ``distribution``). Every phase AC/DC runs dense (the warm-up and the
+    decompressed phases) is a rewiring phase instead:
 
-    Our choices (only the outline "AC/DC with zero-initialised reintroduced weights, dense
-    phases truncated on mask convergence, and a sparse rewiring phase that updates the active
-    mask plus a small high-gradient fraction of out-of-mask weights" is given by the source):
-    resetting the optimizer state of the reintroduced weights only (AC/DC already
-    reintroduces at zero, so this is the one difference in (a)); "convergence" read as the
-    next compression's mask agreeing with the PREVIOUS compressed phase's mask, which, since
-    reintroduced weights restart at zero, often holds at the first check, so ARC's dense
-    phases are short (the record's FLOPs and the method's ``truncations`` show how short);
-    the truncated steps going to the next compressed phase; the last decompressed phase being
-    truncatable too; rewiring in every compressed stretch including the final one; rewiring
-    as RigL-style drop-smallest/grow-largest-gradient, where a weight just dropped cannot be
-    regrown in the same update (RigL's Algorithm 1 lets it); IoU rather than overlap, with
-    threshold 0.9 (with equal mask sizes, IoU 0.9 is 94.7% of the kept weights in common);
-    ``check_interval`` = ``rewire_interval`` = one tenth of a regular phase (``null``, the
-    default; at least 1 step): ten checks and ten rewirings per phase at any run length (RigL's
-    ΔT = 100 steps would be 1/250 of an ImageNet AC/DC phase and longer than a whole phase of
-    a CPU-sized run); an integer sets the steps; ``rewire_fraction`` =
-    0.05 read as a fraction of the layer's ACTIVE weights (RigL's convention): read as a
-    fraction of the out-of-mask weights it would exceed the active count at high sparsity
-    (at 99% sparsity 1% of the pruned weights is 99% of the kept ones); the cap numel - nnz
-    only matters for nearly dense layers.
+    1. Growth, once, at the phase's first step r: the dense weight gradient of that step's
+       batch is captured (the step itself is an ordinary sparse step), and after its optimizer
+       step each sparse layer adds to its trainable set the k = min(floor(``rewire_fraction``
+       · nnz_l), numel_l - nnz_l) out-of-mask weights of largest |grad|. They were masked, so
+       they start at zero, and :meth:`MaskStore.set_mask` gives them zero optimizer state.
+    2. From step r + 1 the layer trains on active ∪ grown (density d_l (1 + f), never more).
+    3. Convergence: at steps r + j·``check_interval`` (j >= 1, before the phase's end) the
+       compressed masks (step 4) are computed; when their IoU with the mask the phase started
+       from (pooled over layers, :func:`~sparsebench.methods.dst.arc_acdc.mask_iou`) exceeds
+       ``convergence_threshold``, the phase ends there. Its remaining steps go to the
+       following compressed phase, whose end and every later boundary stay where AC/DC has
+       them.
+    4. Compression at the phase's end (scheduled or early): each layer keeps the nnz_l
+       weights of largest |w| among active ∪ grown (exactly nnz_l; pruned weights are zeroed
+       with their optimizer state) and trains on that fixed mask until the next rewiring phase.
 
-    Training FLOPs (against AC/DC's): ``3 f_D`` per example in dense steps, ``3 f_S`` in sparse
-    ones (so every truncated dense step saves ``3 (f_D - f_S)``), plus ``(f_D - f_S)`` per
-    example on each rewiring iteration for the dense weight gradient. The convergence checks
-    and the drop/grow selections are top-k's on the weights, not forward/backward passes, and
-    are not counted. A run whose regular phases admit no check (``check_interval`` >= phase
-    length) or no rewiring (2 x ``rewire_interval`` >= phase length) is refused with a
-    ValueError, besides AC/DC's own schedule checks.
+    Our choices (the seed gives only the sentence quoted above): no dense warm-up; the run
+    starts from a uniformly random mask at the layer densities, drawn as
+    :class:`~sparsebench.methods.dst.static.Static` draws it (same generator, so the same
+    mask as ``static`` at a seed), and the warm-up is a rewiring phase like the others, with
+    that random mask as its "previous" mask; growth once per rewiring phase, at its first
+    step, from one batch's dense gradient; the grown set fixed through the phase (only its
+    values and the active ones train); "convergence" read as in ``arc_acdc``: the mask the
+    compression would install agrees with the mask the phase started from, IoU > 0.9 (with
+    equal mask sizes, 94.7 % of the weights in common), checked every ``check_interval``
+    steps, by default one tenth of a regular phase and at least 2 (``null``; an integer sets
+    the steps; at least 2, because the first check after growth at 1 step would see the grown
+    weights still at zero and always agree); compression by magnitude over active ∪ grown per
+    layer; ``decompress_state_reset`` does not exist here (nothing is decompressed).
+    ``rewire_fraction`` = 0.1 of each layer's ACTIVE weights (RigL's convention; a fraction of
+    the out-of-mask weights would exceed the active count at high sparsity): "small" (a
+    rewiring step costs at most 1.1 x a compressed one), and the smallest round fraction for
+    which the convergence test at threshold 0.9 can fail at all: a compression can swap at
+    most k = f·nnz weights, so the IoU is at least (1 - f) / (1 + f), which is above 0.9 for
+    every f < 1/19 ≈ 0.053 (0.05 would end every phase at its first check by construction).
+    Only ``erk`` and ``uniform`` allocations (no ``global``: the per-layer counts nnz_l are
+    what a compression restores).
 
-    Source: ARC, "Alternating Rewiring Compression" (2026 seed paper); built on Peste,
-    Iofinova, Vladu, Alistarh 2021, "AC/DC: Alternating Compressed/DeCompressed Training of
-    Deep Neural Networks", NeurIPS; drop/grow criterion as Evci et al. 2020, "Rigging the
-    Lottery", ICML, Algorithm 1.
+    Training FLOPs: ``3 f_S`` per example in every step at that step's layer densities
+    (``3 f_S(d)`` in compressed steps, ``3 f_S(d (1 + f))`` in rewiring steps after the
+    growth), plus ``(f_D - f_S(d))`` per example of the growth step's batch for its dense
+    weight gradient. The convergence checks and the top-k's are operations on the weights, not
+    forward/backward passes, and are not counted. A run too short for the schedule is refused
+    with a ValueError: AC/DC's own checks, a rewiring phase where no convergence check fits
+    (``check_interval`` >= the regular phase length), and a 1-step warm-up (its grown weights
+    would never train).
+
+    Source: ARC, "Alternating Rewiring Compression" (2026 seed paper, innovation 3; only its
+    summary is known); schedule and magnitude compression from Peste, Iofinova, Vladu, Alistarh
+    2021, "AC/DC: Alternating Compressed/DeCompressed Training of Deep Neural Networks",
+    NeurIPS, Sec. 3; growth by dense-gradient magnitude with zero init as Evci et al. 2020,
+    "Rigging the Lottery", ICML, Algorithm 1.
     """
 
+    test_params: ClassVar[Mapping[str, object]] = {"check_interval": 2}
+
     @dataclass
-    class Params(AcDc.Params):
-        decompress_state_reset: Literal["all", "reintroduced"] = "reintroduced"
+    class Params(Static.Params):
+        warmup_fraction: float = 0.1
+        phase_fraction: float = 0.05
+        last_decompressed_fraction: float = 0.1
+        final_fraction: float = 0.15
         check_interval: int | None = None
         convergence_threshold: float = 0.9
-        rewire_interval: int | None = None
-        rewire_fraction: float = 0.05
+        rewire_fraction: float = 0.1
 
         def validate(self) -> None:
-            super().validate()
-            for key in ("check_interval", "rewire_interval"):
-                value = getattr(self, key)
-                if value is not None and value < 1:
-                    raise ValueError(f"{key} must be >= 1 or null, got {value}")
+            AcDc.Params.validate(self)  # the schedule's fractions, as AC/DC checks them
+            if self.check_interval is not None and self.check_interval < 2:
+                raise ValueError(
+                    f"check_interval must be >= 2 or null, got {self.check_interval} (a check "
+                    "1 step after the growth sees the grown weights still at zero)"
+                )
             if not 0.0 < self.convergence_threshold < 1.0:
                 raise ValueError(
                     f"convergence_threshold must be in (0, 1), got {self.convergence_threshold}"
@@ -122,152 +120,155 @@ class Arc(AcDc):
         self._reset_state()
 
     def _reset_state(self) -> None:
-        self._check_dt, self._rewire_dt = self.intervals(self.params, self.ctx.total_steps)
-        self.prev_masks: dict[str, torch.Tensor | None] | None = None
-        self.truncations: list[tuple[int, int]] = []  # (decompressed phase index, step)
-        self.rewire_steps: list[int] = []
+        self._check_dt = self.interval(self.params, self.ctx.total_steps)
+        self.nnz: dict[str, int | None] = {}  # layer -> exact count after compression
+        self.prev_masks: dict[str, torch.Tensor | None] = {}
+        self.truncations: list[tuple[int, int]] = []  # (rewiring phase index, step)
+        self.grow_steps: list[int] = []
+        self.grown: list[dict[str, int]] = []  # per growth: layer -> weights grown
         self.last_iou: float | None = None
-        self._sparse_since: int | None = None  # first step of the current compressed stretch
-        self._sparse_until = 0  # end (exclusive) of the current compressed stretch
         self._batch_size = 0
-        self._rewire_at = -1
+        self._grow_at = -1
 
+    # -- schedule ------------------------------------------------------------------------
     @classmethod
-    def intervals(cls, params: Params, total_steps: int) -> tuple[int, int]:
-        """(check_interval, rewire_interval) in steps for a run of ``total_steps``."""
+    def interval(cls, params: Params, total_steps: int) -> int:
+        """``check_interval`` in steps for a run of ``total_steps``."""
+        if params.check_interval is not None:
+            return params.check_interval
         phases = cls.make_schedule(params, total_steps)
         p = next(ph.length for ph in phases if ph.kind == "compressed")
-        tenth = max(1, p // 10)
-        check = tenth if params.check_interval is None else params.check_interval
-        rewire = tenth if params.rewire_interval is None else params.rewire_interval
-        return check, rewire
+        return max(2, p // 10)
 
     @classmethod
     def check_budget(cls, params: Params, total_steps: int) -> None:
         phases = cls.make_schedule(params, total_steps)
         p = next(ph.length for ph in phases if ph.kind == "compressed")
-        check, rewire = cls.intervals(params, total_steps)
+        check = cls.interval(params, total_steps)
         if check >= p:
             raise ValueError(
-                f"arc: no convergence check would happen: check_interval = "
-                f"{check} >= the {p}-step phases of a "
-                f"{total_steps}-step run; lower check_interval or train longer"
+                f"arc: no convergence check would happen: check_interval = {check} >= the "
+                f"{p}-step rewiring phases of a {total_steps}-step run; lower check_interval "
+                "(>= 2) or train longer"
             )
-        if 2 * rewire >= p:
+        warm = phases[0]
+        if warm.kind == "warmup" and warm.length < 2:
             raise ValueError(
-                f"arc: no rewiring would happen: 2 x rewire_interval = "
-                f"{2 * rewire} >= the {p}-step compressed phases of a "
-                f"{total_steps}-step run; lower rewire_interval or train longer"
+                f"arc: the warm-up rewiring phase of a {total_steps}-step run is 1 step: its "
+                "grown weights would never train; set warmup_fraction to 0 or train longer"
             )
 
-    # -- schedule ------------------------------------------------------------------------
     def is_check_step(self, step: int) -> bool:
-        """Whether a convergence check runs at ``step`` (when the model is still dense)."""
+        """Whether a convergence check runs at ``step`` (when a rewiring phase is on)."""
         ph = self.phase_at(step)
-        return (
-            ph.kind == "decompressed"
-            and step > ph.start
-            and (step - ph.start) % self._check_dt == 0
-        )
+        return not ph.sparse and step > ph.start and (step - ph.start) % self._check_dt == 0
 
-    def is_rewire_step(self, step: int) -> bool:
-        """Whether the iteration at ``step`` rewires (in the current compressed stretch)."""
-        s0, dt = self._sparse_since, self._rewire_dt
-        return (
-            self.compressed
-            and s0 is not None
-            and step > s0
-            and (step - s0) % dt == 0
-            and step + dt < self._sparse_until
-        )
+    # -- masks ---------------------------------------------------------------------------
+    @staticmethod
+    @torch.no_grad()
+    def grow_mask(mask: torch.Tensor, grad: torch.Tensor, fraction: float) -> torch.Tensor:
+        """ARC's growth on one layer: ``mask`` plus the k out-of-mask positions of largest
+        |grad|, k = min(floor(fraction · nnz), numel - nnz)."""
+        n_active = int(mask.sum())
+        k = min(math.floor(fraction * n_active + _EPS), mask.numel() - n_active)
+        if k <= 0:
+            return mask
+        scores = torch.where(mask, -math.inf, grad.abs().float().to(mask.device))
+        return mask | top_mask(scores, k)
 
-    # -- phases --------------------------------------------------------------------------
-    def on_fit_start(self, trainer, pl_module) -> None:
-        super().on_fit_start(trainer, pl_module)
-        self._reset_state()
+    @staticmethod
+    @torch.no_grad()
+    def compress_mask(weight: torch.Tensor, mask: torch.Tensor, nnz: int) -> torch.Tensor:
+        """The ``nnz`` positions of largest |weight| among the trainable ones (``mask``)."""
+        scores = torch.where(mask, weight.detach().abs().float(), -math.inf)
+        return top_mask(scores, nnz)
 
-    def enter_phase(self, i: int, step: int, trainer, pl_module) -> None:
-        was = self.compressed
-        super().enter_phase(i, step, trainer, pl_module)
-        if self.compressed and not was:
-            self._start_sparse(step, self.schedule[i].end)
+    def target_masks(self, store) -> dict[str, torch.Tensor | None]:
+        """The masks a compression would install now (step 4 of the class docstring)."""
+        out: dict[str, torch.Tensor | None] = {}
+        for name, mask in store.masks.items():
+            nnz = self.nnz.get(name)
+            out[name] = (
+                None
+                if mask is None or nnz is None
+                else (self.compress_mask(store.weight(name), mask, nnz))
+            )
+        return out
 
-    def _start_sparse(self, step: int, until: int) -> None:
-        self._sparse_since, self._sparse_until = step, until
-
-    def decompress(self, store, optimizers=()) -> None:
-        self.prev_masks = {n: None if m is None else m.clone() for n, m in store.masks.items()}
-        self._sparse_since = None
-        super().decompress(store, optimizers)
+    def grow(self, store, grads: Mapping[str, torch.Tensor]) -> None:
+        """Growth (step 1) of every sparse layer with a captured dense gradient, and its extra
+        FLOPs: ``(f_D - f_S(d))`` per example of the batch."""
+        f_s = sparse_forward_flops(self.ctx.flops.dense_flops, store.densities())
+        counts: dict[str, int] = {}
+        with self.timed_update(store):
+            for name, mask in store.masks.items():
+                if mask is not None and name in grads:
+                    new = self.grow_mask(mask, grads[name], self.params.rewire_fraction)
+                    counts[name] = int(new.sum()) - int(mask.sum())
+                    store.set_mask(name, new)
+        self.grown.append(counts)
+        self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * self._batch_size)
 
     def check_convergence(self, store, step: int) -> bool:
-        """Convergence check (b) at ``step`` of a decompressed phase: compress now and return
+        """Convergence check (step 3) at ``step`` of a rewiring phase: compress now and return
         True when the IoU of the would-be masks with :attr:`prev_masks` exceeds
         ``convergence_threshold``."""
-        if self.compressed or self.prev_masks is None:
+        if self.compressed:
             return False
         masks = self.target_masks(store)
         self.last_iou = mask_iou(masks, self.prev_masks)
         if self.last_iou <= self.params.convergence_threshold:
             return False
-        i = self.phase_index(step)
         self.compress(store, masks)
-        self.truncations.append((i, step))
-        self._start_sparse(step, self.schedule[min(i + 1, len(self.schedule) - 1)].end)
+        self.truncations.append((self.phase_index(step), step))
         return True
 
     # -- hooks ---------------------------------------------------------------------------
+    def on_fit_start(self, trainer, pl_module) -> None:
+        store = pl_module.masks
+        self.check_budget(self.params, self.ctx.total_steps)
+        self.check_model(self.params, store.layers)
+        self._reset_state()
+        densities = layer_densities(
+            store.shapes, self.density, self.params.distribution, self.params.dense_first_layer
+        )
+        store.random_masks(densities, self.ctx.generator)
+        self.nnz = {
+            n: None if d >= 1.0 else n_keep(store.weight(n).numel(), d)
+            for n, d in densities.items()
+        }
+        self._schedule = None
+        self._phase = -1
+        self.compressed = True
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
         step, store = trainer.global_step, pl_module.masks
-        if not self.compressed and self.is_check_step(step):
-            self.check_convergence(store, step)
-        if self.is_rewire_step(step):
-            store.capture_dense_grads = True
+        i = self.phase_index(step)
+        if i != self._phase:
+            self._phase = i
             self._batch_size = int(batch[0].shape[0])
-            self._rewire_at = step
+            self.enter_phase(i, step, trainer, pl_module)
+        elif not self.compressed and self.is_check_step(step):
+            self.check_convergence(store, step)
+
+    def enter_phase(self, i: int, step: int, trainer, pl_module) -> None:
+        """At the first step of phase ``i``: compress at a sparse phase (unless a convergence
+        check already did), start a rewiring phase (growth after this step) at the others."""
+        store = pl_module.masks
+        if self.schedule[i].sparse:
+            if not self.compressed:
+                self.compress(store)
+            return
+        self.prev_masks = {n: None if m is None else m.clone() for n, m in store.masks.items()}
+        self.compressed = False
+        store.capture_dense_grads = True
+        self._grow_at = step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         store = pl_module.masks
         if not store.capture_dense_grads:
             return
         store.capture_dense_grads = False
-        self.rewire(store, store.dense_grads)
+        self.grow(store, store.dense_grads)
         store.dense_grads.clear()
-        self.rewire_steps.append(self._rewire_at)
-
-    def rewire(self, store, grads: Mapping[str, torch.Tensor]) -> None:
-        """Rewiring (c) of every sparse layer with a captured dense gradient, and its extra
-        FLOPs: ``(f_D - f_S)`` per example of the iteration's batch."""
-        with self.timed_update(store):
-            for name, mask in store.masks.items():
-                if mask is not None and name in grads:
-                    w = store.weight(name).detach()
-                    new = self.rewire_mask(w, mask, grads[name], self.params.rewire_fraction)
-                    store.set_mask(name, new)
-        f_s = sparse_forward_flops(self.ctx.flops.dense_flops, store.densities())
-        self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * self._batch_size)
-
-    @staticmethod
-    @torch.no_grad()
-    def rewire_mask(
-        weight: torch.Tensor, mask: torch.Tensor, grad: torch.Tensor, fraction: float
-    ) -> torch.Tensor:
-        """ARC's drop/grow on one layer.
-
-        Args:
-            weight, grad: the layer's weight and dense gradient (same shape, any).
-            mask: bool mask of the active weights (same shape).
-            fraction: share of the active weights to drop and regrow.
-        Returns: the new bool mask with exactly ``mask.sum()`` ones: the active weights minus
-        the k of smallest |weight|, plus the k inactive ones of largest |grad|, with
-        k = min(floor(fraction · nnz), numel - nnz).
-        """
-        n_active = int(mask.sum())
-        k = min(int(fraction * n_active), mask.numel() - n_active)
-        if k <= 0:
-            return mask
-        inf = torch.full_like(weight, math.inf, dtype=torch.float32)
-        kept = top_mask(torch.where(mask, weight.abs().float(), -inf), n_active - k)
-        grow = top_mask(torch.where(mask, -inf, grad.abs().float().to(weight.device)), k)
-        return kept | grow
+        self.grow_steps.append(self._grow_at)

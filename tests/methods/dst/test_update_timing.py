@@ -13,6 +13,7 @@ UPDATING = {
     "topkast": {},
     "acdc": {},
     "arc": {},
+    "arc_acdc": {},
     "cht": {"early_stop": False},
 }
 
