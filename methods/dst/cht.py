@@ -425,8 +425,6 @@ class CHT(Static):
         self.check_budget(self.params, self.ctx.total_steps, self.ctx.steps_per_epoch)
         self.check_model(self.params, store.layers)
         self.init_masks(trainer, pl_module)
-        if self.params.remove_inactive:
-            self.chains = self.find_chains(store)
         if self.params.init == "swi":
             for name, mask in store.masks.items():
                 if mask is not None:
@@ -438,12 +436,11 @@ class CHT(Static):
         """Random masks at the layer densities (Static's init)."""
         Static.on_fit_start(self, trainer, pl_module)
 
-    def find_chains(self, store) -> list[tuple[str, str]]:
-        """:func:`linear_chains` of ``store``'s model, traced on the first training example."""
-        item = self.ctx.train_data[0]
-        x = item[0] if isinstance(item, tuple | list) else item
-        dev = next(iter(store.layers.values())).weight.device
-        return linear_chains(store.model, store.layers, torch.as_tensor(x)[None].to(dev))
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.chains is None and self.params.remove_inactive:
+            store = pl_module.masks
+            # One example of the first batch: the trace needs the input's shape only.
+            self.chains = linear_chains(store.model, store.layers, batch[0][:1])
 
     # -- topology evolution --------------------------------------------------------------
     def on_train_epoch_end(self, trainer, pl_module) -> None:
@@ -474,9 +471,7 @@ class CHT(Static):
         for name, mask in old.items():
             kept[name] = self.remove(name, store.weight(name), mask)
         if self.params.remove_inactive:
-            if self.chains is None:
-                self.chains = self.find_chains(store)
-            remove_inactive_neurons(kept, self.chains)
+            remove_inactive_neurons(kept, self.chains or [])
         overlaps, seconds = {}, 0.0
         for name, mask in old.items():
             w = store.weight(name)

@@ -164,6 +164,7 @@ def test_cht_keeps_exact_layer_nnz_and_evolves_each_epoch(tiny_fit):
     watcher = MaskWatcher()
     params = {"early_stop": False, "end_fraction": 1.0}
     module, m = tiny_fit("cht", 0.8, params, epochs=4, extra_callbacks=[watcher])
+    assert m.chains == [("0", "2"), ("2", "4")]  # Linear -> ReLU -> Linear -> ReLU -> Linear
     assert all(n == watcher.nnz[0] for n in watcher.nnz)
     per_epoch = watcher.masks[9::10]  # last batch of each epoch (10 batches per epoch)
     for name in ("0", "2", "4"):
@@ -363,3 +364,25 @@ def test_every_update_is_timed_and_counted(tiny_fit):
     assert count == 2 == len(m.regrowth_seconds)  # after epochs 1 and 2, not the last
     # The whole update (removal + regrowth) takes at least its regrowth part.
     assert seconds >= m.regrowth_seconds_total >= 0.0
+
+
+def test_a_layer_that_regrows_nothing_does_not_signal():
+    from sparsebench.suite.pillars.classification.masks import MaskStore
+    from tests.methods.conftest import make_ctx
+
+    model = nn.Sequential(nn.Linear(4, 4))
+    store = MaskStore(model)
+    mask = torch.zeros(4, 4, dtype=torch.bool)
+    mask[:, :2] = True  # 8 links
+    store.set_mask("0", mask)
+    m = CHT(CHT.Params(early_stop_threshold=0.0), 0.5, make_ctx(model, input_shape=(4,)))
+    m.chains = []
+    m.zeta_now = 0.1  # int(0.1 * 8) = 0 links removed, so none regrown
+    m.evolve(store)
+    assert torch.equal(store.masks["0"], mask)
+    assert math.isnan(m.overlaps[0]["0"])
+    # The reference skips such a layer before its overlap check: no signal, evolution goes on.
+    assert m.signalled == set() and not m.evolution_stopped
+    m.zeta_now = 0.3  # int(0.3 * 8) = 2 links removed, 2 regrown: exact count kept
+    m.evolve(store)
+    assert int(store.masks["0"].sum()) == 8 and not math.isnan(m.overlaps[1]["0"])
