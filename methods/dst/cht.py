@@ -131,8 +131,17 @@ def top_k_random_ties(
 
 
 @torch.no_grad()
-def magnitude_removal(weight: torch.Tensor, mask: torch.Tensor, zeta: float) -> torch.Tensor:
-    """CHT/SET link removal: drop the fraction ``zeta`` of the positive active weights closest
+def pooled_removal(weight: torch.Tensor, mask: torch.Tensor, zeta: float) -> torch.Tensor:
+    """CHT's link removal (the authors' ``--remove_method weight_magnitude``): drop the
+    ``int(zeta * nnz)`` active links of smallest ``|w|``, positive and negative weights ranked
+    together. Returns the bool mask of the kept links (``weight``'s shape)."""
+    scores = torch.where(mask, weight.detach().abs(), math.inf)
+    return mask & ~top_mask(-scores, int(zeta * int(mask.sum())))
+
+
+@torch.no_grad()
+def per_sign_removal(weight: torch.Tensor, mask: torch.Tensor, zeta: float) -> torch.Tensor:
+    """SET's link removal: drop the fraction ``zeta`` of the positive active weights closest
     to zero and the fraction ``zeta`` of the negative ones (``int(zeta * count)`` each; active
     zeros count as positive). Returns the bool mask of the kept links (``weight``'s shape)."""
     w = weight.detach()
@@ -142,6 +151,13 @@ def magnitude_removal(weight: torch.Tensor, mask: torch.Tensor, zeta: float) -> 
     drop_pos = top_mask(torch.where(pos, -w, -inf), int(zeta * int(pos.sum())))
     drop_neg = top_mask(torch.where(neg, w, -inf), int(zeta * int(neg.sum())))
     return mask & ~drop_pos & ~drop_neg
+
+
+def cosine_zeta(zeta: float, step: float, t_end: float) -> float:
+    """The authors' adaptive removal fraction (``--adaptive_zeta``): ``zeta / 2 * (1 +
+    cos(pi * step / t_end))`` at optimizer step ``step`` of a run whose evolution ends at step
+    ``t_end``: ``zeta`` at step 0, decaying to 0 at ``t_end``, no floor."""
+    return zeta / 2.0 * (1.0 + math.cos(math.pi * step / t_end))
 
 
 def remove_inactive_neurons(
@@ -165,44 +181,137 @@ def remove_inactive_neurons(
             masks[b] = masks[b] & masks[a].any(dim=1)[None, :]
 
 
+# Autograd nodes a hidden unit passes through on its own: unary elementwise ops (activations,
+# dropout, copies) and views, which keep the unit's index in the last dimension.
+_PASS_THROUGH = frozenset(
+    {"Relu", "Gelu", "Tanh", "Sigmoid", "Silu", "Elu", "LeakyRelu", "Hardtanh", "Softplus"}
+    | {"Mish", "NativeDropout", "Clone", "View", "UnsafeView", "Reshape", "ReshapeAlias", "Alias"}
+)
+
+
+def _passes_through(node) -> bool:
+    return type(node).__name__.split("Backward")[0] in _PASS_THROUGH
+
+
+def linear_chains(
+    model: nn.Module, layers: dict[str, nn.Module], example: torch.Tensor
+) -> list[tuple[str, str]]:
+    """Pairs (a, b) of the Linear ``layers`` where b's input is a's output through unary
+    elementwise ops and views only, and neither a's output nor anything between feeds another
+    op: the pairs whose hidden units inactive-neuron removal may prune (a unit b does not read
+    computes nothing, one a does not feed reads only its bias). Found from the autograd graph of
+    one forward pass of ``model`` in eval mode on ``example`` (a batch), so a residual add, a
+    norm, an attention product or a Linear called twice breaks the chain. Ordered by b, in the
+    definition order of ``layers``."""
+    linears = {n: m for n, m in layers.items() if isinstance(m, nn.Linear)}
+    ins: dict[str, torch.Tensor] = {}
+    outs: dict[str, torch.Tensor] = {}
+    calls: dict[str, int] = dict.fromkeys(linears, 0)
+
+    def pre(name):
+        def hook(_m, args):
+            ins[name] = args[0]
+            calls[name] += 1
+
+        return hook
+
+    def post(name):
+        return lambda _m, _args, out: outs.__setitem__(name, out)
+
+    hooks = [m.register_forward_pre_hook(pre(n)) for n, m in linears.items()]
+    hooks += [m.register_forward_hook(post(n)) for n, m in linears.items()]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.enable_grad():
+            y = model(example)
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    if not isinstance(y, torch.Tensor):
+        raise ValueError(f"CHT chain removal needs a model returning one tensor, got {type(y)}")
+    # How many ops consume each node's output, over the graph that reaches the model's output.
+    consumers: dict = {}
+    seen, stack = set(), [y.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for parent, _ in node.next_functions:
+            if parent is not None:
+                consumers[parent] = consumers.get(parent, 0) + 1
+                stack.append(parent)
+    producer = {
+        out.grad_fn: n for n, out in outs.items() if out.grad_fn is not None and calls[n] == 1
+    }
+    chains = []
+    for b, x in ins.items():
+        node = x.grad_fn
+        while node is not None and node not in producer and consumers.get(node) == 1:
+            parents = [p for p, _ in node.next_functions if p is not None]
+            node = parents[0] if _passes_through(node) and len(parents) == 1 else None
+        a = producer.get(node)
+        if a is None or calls[b] != 1 or consumers.get(node) != 1:
+            continue
+        if linears[a].out_features == linears[b].in_features:
+            chains.append((a, b))
+    order = list(layers)
+    return sorted(chains, key=lambda ab: order.index(ab[1]))
+
+
 @register("cht", family="dst")
 class CHT(Static):
     """Cannistraci-Hebb Training (Zhang, Zhao, Wu, Muscoloni, Cannistraci, ICLR 2024), with the
-    components of the authors' CHT command (reference code ``Cannistraci-Hebb-training``,
-    ``run.py`` / ``sparse.py`` / ``model.py``).
+    defaults of the authors' CHT command (README of ``biomedical-cybernetics/
+    Cannistraci-Hebb-training`` at commit ``d1677b55``: ``run.py --dst_scheduler --adaptive_zeta
+    --zeta 0.3 --remove_method weight_magnitude --chain_removal --update_interval 1
+    --early_stop --init_mode swi``, carried out by ``mlp_and_cnn/dst_scheduler.py``).
 
-    1. Init: a random mask per layer (uniform density per layer, as the reference's
-       ``rand < sparsity``), then Sparse Weight Initialisation (SWI, ``init="swi"``): every
-       masked layer's weights are redrawn from N(0, 2 / fan_in_sparse), where fan_in_sparse =
+    1. Init: a random mask per layer (uniform density per layer, as the reference's random
+       permutation), then Sparse Weight Initialisation (SWI, ``init="swi"``): every masked
+       layer's weights are redrawn from N(0, 2 / fan_in_sparse), where fan_in_sparse =
        nnz / n_out is the mean number of links into an output (``sqrt(2 / ((1 - S) n_in))``).
-    2. At the end of every ``update_interval``-th epoch (1, i.e. every epoch) but the last
-       (and, if ``end_fraction`` < 1, none ending after ``end_fraction`` of the steps; 1.0 as
-       published, where the early stop ends the evolution), in every masked layer: removal of
-       the fraction ``zeta`` = 0.3 of the positive and of the negative weights closest to
-       zero (weight magnitude, as SET); then removal of inactive
-       neurons (``remove_inactive``): along chains of consecutive Linear layers, links of
-       hidden neurons left without outgoing (then incoming) links are removed too.
+    2. Topology evolution after every ``update_interval``-th epoch (1, i.e. every epoch) whose
+       end, at optimizer step ``t``, comes before ``T_end = end_fraction x total_steps``
+       (``t < T_end``; ``end_fraction`` = 0.75, the command's ``T_end = 0.75 x epochs``), in
+       every masked layer: removal of the ``int(zeta_t x nnz)`` active links of smallest
+       ``|w|``, positive and negative weights ranked together (``removal="pooled"``, the
+       command's ``weight_magnitude``), with the cosine-decayed fraction
+       ``zeta_t = zeta / 2 x (1 + cos(pi t / T_end))`` (``zeta_schedule="cosine"``, the
+       command's ``--adaptive_zeta``; ``zeta`` = 0.3, no floor); then removal of inactive
+       neurons (``remove_inactive``, the command's ``--chain_removal``): along chains of
+       Linear layers (:func:`linear_chains`), links of hidden neurons left without outgoing
+       (then incoming) links are removed too.
     3. Regrowth of as many links as were removed, by the top CH3-L3 scores
        (:func:`ch3_l3_scores`) on the layer's bipartite graph after removal; removed links are
-       candidates too. Ties (e.g. score 0 when fewer candidates have a path) are broken at
-       random with the run generator, so every layer keeps its exact number of links (the
-       reference thresholds ``scores >= thre`` and may grow a different number). New links
-       start at zero (``regrowth_init="zero"``, the command's ``--update_mode zero``) with zero
-       optimizer state; a link removed and regrown in the same update keeps its value and
-       state, as in the reference (it was never gone).
+       candidates too. New links start at zero (``regrowth_init="zero"``, the reference's zero
+       grow tensor) with zero optimizer state; a link removed and regrown in the same update
+       keeps its value and state, as in the reference (it was never gone).
     4. Early stop (``early_stop``): a layer signals when the overlap |removed ∩ regrown| /
-       |regrown| exceeds ``early_stop_threshold`` = 0.9 (a layer whose removal drops nothing
-       counts as overlap 1); as in the reference, topology evolution stops for good once every
-       layer has signalled.
+       |regrown| exceeds ``early_stop_threshold`` = 0.9 (a layer that regrows nothing does not
+       signal, as the reference skips it); topology evolution stops for good once every layer
+       has signalled.
 
-    Conv2d layers (our extension: the paper applies CHT to MLP layers) are bipartite between
-    their ``in_channels * kh * kw`` flattened inputs and ``out_channels`` outputs.
+    Settings that reproduce our earlier variant: ``zeta_schedule="constant"`` (``zeta`` at every
+    update, the command without ``--adaptive_zeta``), ``removal="per_sign"`` (SET's removal of
+    the fraction ``zeta`` of the positive and of the negative weights closest to zero, as the
+    reference's older ``sparse.py`` layer) and ``end_fraction=1.0`` (every epoch but the last).
 
-    Our choices: masks start random, not from CSTI (correlated sparse topological
-    initialisation, which needs hidden layers sized as multiples of the input); every prunable
-    layer is sparse, including the classifier the reference keeps dense; inactive-neuron
-    removal only along Linear -> Linear pairs in definition order whose sizes chain (a
-    residual CNN's convs do not form a plain chain); biases keep PyTorch's init.
+    Our choices (departures from the command): masks start random, not from CSTI (correlated
+    sparse topological initialisation, ``--self_correlated_sparse``, which needs hidden layers
+    sized as multiples of the input); every prunable layer is sparse, including the classifier
+    the reference keeps dense; Conv2d layers (the paper applies CHT to MLP layers) are
+    bipartite between their ``in_channels * kh * kw`` flattened inputs and ``out_channels``
+    outputs; chains are found from the autograd graph (:func:`linear_chains`), where the
+    reference chains all its Linear layers in order; removal ranks the active links only (the
+    reference ranks ``|w|`` over the whole matrix, so on a tie at 0 it may keep an inactive
+    position); ties of the regrowth score (e.g. score 0 when fewer candidates have a path) are
+    broken at random with the run generator, so every layer keeps its exact number of links
+    (the reference grows every link with ``score >= thre`` and may grow more); the update
+    follows the epoch's last optimizer step (the reference's scheduler skips the optimizer
+    step of the batch on which it updates); biases keep PyTorch's init.
 
     Training FLOPs: ``3 f_S`` per example (Evci et al. 2020, Appendix H), plus each update's
     link prediction, which is gradient-free but not free: we add :func:`ch3_l3_flops` of every
@@ -211,14 +320,15 @@ class CHT(Static):
     update's regrowth (scoring and selection, all layers; ``regrowth_seconds_by_layer`` per
     layer), ``regrowth_seconds_total`` their sum; the record's ``regrowth_s`` /
     ``regrowth_updates`` time each whole update instead (removal and regrowth,
-    ``MaskMethod.timed_update``).
+    ``MaskMethod.timed_update``). ``zetas`` lists the removal fraction of each update.
 
     Source: Zhang, Zhao, Wu, Muscoloni, Cannistraci 2024, "Epitopological learning and
     Cannistraci-Hebb network shape intelligence brain-inspired theory for ultra-sparse
     advantage in deep learning", ICLR, Sec. 2 (CH3-L3 of Muscoloni et al. 2022), Sec. 3.1
     (ESML: removal, regrowth, inactive neurons) and 3.2 (CHT: SWI, early stop); defaults from
-    the authors' CHT command (README of the reference code): zeta = 0.3, update every epoch,
-    uniform layer density, SWI, zero regrowth init, chain removal, early stop at 0.9 overlap.
+    the authors' CHT command above: zeta = 0.3 cosine-decayed to T_end = 0.75 of the run,
+    pooled magnitude removal, update every epoch, uniform layer density, SWI, zero regrowth
+    init, chain removal, early stop at 0.9 overlap.
     """
 
     updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates
@@ -227,13 +337,15 @@ class CHT(Static):
     class Params(Static.Params):
         distribution: Literal["erk", "uniform"] = "uniform"
         zeta: float = 0.3
+        zeta_schedule: Literal["cosine", "constant"] = "cosine"
+        removal: Literal["pooled", "per_sign"] = "pooled"
         update_interval: int = 1
         early_stop: bool = True
         early_stop_threshold: float = 0.9
         remove_inactive: bool = True
         init: Literal["default", "swi", "scaled"] = "swi"
         regrowth_init: Literal["zero", "swi"] = "zero"
-        end_fraction: float = 1.0
+        end_fraction: float = 0.75
 
         def validate(self) -> None:
             if not 0.0 < self.zeta < 1.0:
@@ -255,6 +367,9 @@ class CHT(Static):
         self.signalled: set[str] = set()
         self.evolution_stopped = False
         self.link_prediction_flops = 0.0
+        self.zeta_now = params.zeta  # removal fraction of the update under way
+        self.zetas: list[float] = []
+        self.chains: list[tuple[str, str]] | None = None
 
     @property
     def regrowth_seconds_total(self) -> float:
@@ -267,30 +382,34 @@ class CHT(Static):
         cls, params: Params, total_steps: int, steps_per_epoch: int | None = None
     ) -> None:
         """Refuse a run with no topology update. Updates follow epochs k, 2k, ... (k =
-        ``update_interval``) but not the last, while the epoch ends by ``T_end = end_fraction x
-        total_steps``; so the run needs more than k epochs and k epochs within T_end. Without
+        ``update_interval``) at step t = epochs done x steps_per_epoch while
+        ``t < T_end = end_fraction x total_steps``; so k epochs must end before T_end. Without
         ``steps_per_epoch`` (spec validation) it assumes epochs of one step at least."""
         k = params.update_interval
-        t_end = int(params.end_fraction * total_steps)
+        t_end = params.end_fraction * total_steps
         spe = steps_per_epoch or 1
         epochs = total_steps // spe
-        if epochs <= k or k * spe > t_end:
+        if k * spe >= t_end:
             what = f"{epochs} epochs" if steps_per_epoch else f"{total_steps} steps"
             raise ValueError(
                 f"{cls.method_name}: no topology update would happen in {what}: updates follow "
-                f"every update_interval = {k}-th epoch but the last, up to T_end = end_fraction "
-                f"x total_steps = {t_end} steps; train longer or lower update_interval"
+                f"every update_interval = {k}-th epoch that ends before T_end = end_fraction "
+                f"x total_steps = {t_end:g} steps; train longer, lower update_interval or "
+                "raise end_fraction"
             )
 
     def is_update_epoch(self, epoch: int) -> bool:
-        """Whether the topology evolves at the end of 0-based ``epoch``."""
+        """Whether the topology evolves at the end of 0-based ``epoch``: the reference's
+        ``step % delta_T == 0 and step < T_end``."""
         done = epoch + 1
-        t_end = int(self.params.end_fraction * self.ctx.total_steps)
-        return (
-            done % self.params.update_interval == 0
-            and done < self.ctx.epochs
-            and done * self.ctx.steps_per_epoch <= t_end
-        )
+        t_end = self.params.end_fraction * self.ctx.total_steps
+        return done % self.params.update_interval == 0 and done * self.ctx.steps_per_epoch < t_end
+
+    def zeta_at(self, step: int) -> float:
+        """Removal fraction of an update at optimizer step ``step``."""
+        if self.params.zeta_schedule == "constant":
+            return self.params.zeta
+        return cosine_zeta(self.params.zeta, step, self.params.end_fraction * self.ctx.total_steps)
 
     # -- init ----------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -303,22 +422,19 @@ class CHT(Static):
         """Random masks at the layer densities (Static's init)."""
         Static.on_fit_start(self, trainer, pl_module)
 
-    @staticmethod
-    def linear_chains(layers: dict[str, nn.Module]) -> list[tuple[str, str]]:
-        """Consecutive (in definition order) Linear -> Linear pairs whose sizes chain."""
-        names = list(layers)
-        out = []
-        for a, b in zip(names, names[1:]):
-            la, lb = layers[a], layers[b]
-            if isinstance(la, nn.Linear) and isinstance(lb, nn.Linear):
-                if la.out_features == lb.in_features:
-                    out.append((a, b))
-        return out
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.chains is None and self.params.remove_inactive:
+            store = pl_module.masks
+            # One example of the first batch: the trace needs the input's shape only.
+            self.chains = linear_chains(store.model, store.layers, batch[0][:1])
 
     # -- topology evolution --------------------------------------------------------------
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if self.evolution_stopped or not self.is_update_epoch(trainer.current_epoch):
+        epoch = trainer.current_epoch
+        if self.evolution_stopped or not self.is_update_epoch(epoch):
             return
+        self.zeta_now = self.zeta_at((epoch + 1) * self.ctx.steps_per_epoch)
+        self.zetas.append(self.zeta_now)
         self.evolve(pl_module.masks)
 
     @torch.no_grad()
@@ -341,7 +457,7 @@ class CHT(Static):
         for name, mask in old.items():
             kept[name] = self.remove(name, store.weight(name), mask)
         if self.params.remove_inactive:
-            remove_inactive_neurons(kept, self.linear_chains(store.layers))
+            remove_inactive_neurons(kept, self.chains or [])
         overlaps, seconds = {}, 0.0
         for name, mask in old.items():
             w = store.weight(name)
@@ -356,7 +472,7 @@ class CHT(Static):
             self.regrowth_seconds_by_layer.setdefault(name, []).append(dt)
             removed = mask & ~kept[name]
             n_grow = int(grow.sum())
-            overlaps[name] = float((removed & grow).sum()) / n_grow if n_grow else 1.0
+            overlaps[name] = float((removed & grow).sum()) / n_grow if n_grow else math.nan
             new = kept[name] | grow
             fresh = grow & ~mask  # newly active: initial value, zero optimizer state
             if self.params.regrowth_init == "swi":
@@ -370,8 +486,10 @@ class CHT(Static):
         return overlaps
 
     def remove(self, name: str, weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Links kept after the magnitude removal (bool, weight's shape)."""
-        return magnitude_removal(weight, mask, self.params.zeta)
+        """Links kept after the magnitude removal of the fraction ``zeta_now`` (bool, weight's
+        shape)."""
+        rule = pooled_removal if self.params.removal == "pooled" else per_sign_removal
+        return rule(weight, mask, self.zeta_now)
 
     def regrow(
         self, name: str, weight: torch.Tensor, mask: torch.Tensor, kept: torch.Tensor

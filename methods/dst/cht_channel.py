@@ -51,12 +51,15 @@ class CHTChannel(CHT):
     between its ``in_channels`` and ``out_channels`` nodes with the active kernels as links.
     A conv layer at density d keeps ``round(d * out * in)`` kernels (``n_keep``), i.e.
     ``n_kernels * kh * kw`` weights: its element density is exact to the kernel granularity.
-    At each update (the CHT schedule: every ``update_interval`` epochs but the last):
+    At each update (the CHT schedule: every ``update_interval`` epochs up to ``end_fraction``
+    of the run):
 
-    1. removal of the fraction ``zeta`` (0.3) of the active kernels with the smallest
-       magnitude, the kernel's L1 norm over its taps (``kernel_norm="l1"``; ``"l2"`` for the
-       Euclidean norm) — our choice: a kernel has no sign, so CHT's split into positive and
-       negative weights does not apply;
+    1. removal of the fraction ``zeta_t`` of the active kernels with the smallest magnitude
+       (CHT's schedule: ``zeta`` = 0.3 cosine-decayed, or constant with
+       ``zeta_schedule="constant"``), the kernel's L1 norm over its taps (``kernel_norm="l1"``;
+       ``"l2"`` for the Euclidean norm; our choice of norm) ranked over the layer's kernels, as
+       CHT ranks ``|w|`` of a layer's links (``removal`` applies to Linear layers only: a kernel
+       has no sign);
     2. regrowth of as many kernels by the top CH3-L3 scores on the channel graph after removal
        (:func:`~sparsebench.methods.dst.cht.ch3_l3_scores`), ties broken at random with the
        run generator; new kernels start at zero with zero optimizer state, as CHT's links;
@@ -129,7 +132,7 @@ class CHTChannel(CHT):
             return super().remove(name, weight, mask)
         km = kernel_mask(mask)
         norms = kernel_norms(weight, self.params.kernel_norm)
-        k = int(self.params.zeta * int(km.sum()))
+        k = int(self.zeta_now * int(km.sum()))
         drop = top_mask(torch.where(km, -norms, -torch.inf), k)
         return expand_kernels(km & ~drop, weight.shape)
 

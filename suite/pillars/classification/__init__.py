@@ -180,7 +180,7 @@ def settings(spec: Spec, method: str):
 
 # Section keys that fill the parameter of the same name of every method that has one and does
 # not set it (one allocation, one init per board); the note is added to its errors.
-SHARED_KEYS = {"distribution": "; global is for pruning methods and acdc/arc", "init": ""}
+SHARED_KEYS = {"distribution": "; global is for pruning methods and acdc/arc_acdc", "init": ""}
 
 
 # Tiny tasks for a method's example spec, tried in order until the method's check_model

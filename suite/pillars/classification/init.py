@@ -9,7 +9,10 @@ regrowth rule from an init:
 - ``default``: the model's own (PyTorch's Kaiming-uniform, a = √5), masked.
 - ``swi``: Sparse Weight Initialisation (Zhang et al. 2024, ICLR, Sec. 3.2): every masked
   layer redrawn from N(0, 2 / fan_in_sparse), fan_in_sparse = nnz / (outputs with a link),
-  the mean number of links into an active output (for a Conv2d, kernel positions count).
+  the mean number of links into an active output (for a Conv2d, kernel positions count). The
+  fan-in is ours: the authors' code (``Cannistraci-Hebb-training`` at ``d1677b55``,
+  ``reset_parameters``) divides by density x numel / in_features = density x out_features,
+  which agrees on square layers and differs by √2 on a 784 -> 1568 first layer.
 - ``scaled``: the default draw times 1/√d_l on each masked layer of density d_l, which restores
   the dense layer's output variance at the layer level (the per-unit rule of Evci, Ioannou,
   Keskin, Dauphin 2022, "Gradient Flow in Sparse Neural Networks and How Lottery Tickets

@@ -3,13 +3,16 @@ import math
 import lightning.pytorch as pl
 import pytest
 import torch
+from torch import nn
 
 import sparsebench.methods.dst.cht  # noqa: F401  (registers "cht")
 from sparsebench.methods.dst.cht import (
     CHT,
     ch3_l3_flops,
     ch3_l3_scores,
-    magnitude_removal,
+    linear_chains,
+    per_sign_removal,
+    pooled_removal,
     remove_inactive_neurons,
     swi_std,
     top_k_random_ties,
@@ -121,11 +124,24 @@ def test_top_k_grows_best_scores_and_breaks_ties_at_random():
         top_k_random_ties(scores, cand, 8, torch.Generator())
 
 
-def test_magnitude_removal_drops_zeta_of_each_sign_closest_to_zero():
+def test_per_sign_removal_drops_zeta_of_each_sign_closest_to_zero():
     w = torch.tensor([[-3.0, -2.0, -1.0, -0.5, 0.5, 1.0, 2.0, 3.0, 0.0, 0.0]])
     mask = w != 0
-    kept = magnitude_removal(w, mask, 0.5)
+    kept = per_sign_removal(w, mask, 0.5)
     assert kept.tolist() == [[True, True, False, False, False, False, True, True, False, False]]
+
+
+def test_pooled_removal_ranks_both_signs_together():
+    # 8 active links (the last position is inactive); int(0.5 * 8) = 4 smallest |w| go:
+    # -0.1, -0.2, -0.3 and 1. Per sign, only int(0.5 * 3) = 1 negative (-0.1) and
+    # int(0.5 * 5) = 2 positives (1, 2) would go.
+    w = torch.tensor([[-0.1, -0.2, -0.3, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0]])
+    mask = torch.ones_like(w, dtype=torch.bool)
+    mask[0, 8] = False
+    kept = pooled_removal(w, mask, 0.5)
+    assert kept.tolist() == [[False, False, False, True, True, True, True, False, False]]
+    per_sign = per_sign_removal(w, mask, 0.5)
+    assert per_sign.tolist() == [[False, True, True, True, True, True, False, False, False]]
 
 
 def test_inactive_neurons_lose_their_links_backward_then_forward():
@@ -146,7 +162,9 @@ def test_swi_std_uses_the_sparse_fan_in():
 
 def test_cht_keeps_exact_layer_nnz_and_evolves_each_epoch(tiny_fit):
     watcher = MaskWatcher()
-    module, m = tiny_fit("cht", 0.8, {"early_stop": False}, epochs=4, extra_callbacks=[watcher])
+    params = {"early_stop": False, "end_fraction": 1.0}
+    module, m = tiny_fit("cht", 0.8, params, epochs=4, extra_callbacks=[watcher])
+    assert m.chains == [("0", "2"), ("2", "4")]  # Linear -> ReLU -> Linear -> ReLU -> Linear
     assert all(n == watcher.nnz[0] for n in watcher.nnz)
     per_epoch = watcher.masks[9::10]  # last batch of each epoch (10 batches per epoch)
     for name in ("0", "2", "4"):
@@ -202,7 +220,8 @@ def test_swi_initialises_the_sparse_layers(tiny_fit):
 
 def test_early_stop_freezes_the_topology_once_every_layer_signals(tiny_fit):
     watcher = MaskWatcher()
-    _, m = tiny_fit("cht", 0.8, {"early_stop_threshold": 0.0}, epochs=5, extra_callbacks=[watcher])
+    params = {"early_stop_threshold": 0.0, "end_fraction": 1.0}
+    _, m = tiny_fit("cht", 0.8, params, epochs=5, extra_callbacks=[watcher])
     # A layer signals once an update regrows some link it just removed (overlap > 0); the
     # signals persist, and evolution stops after the update where the last layer signals.
     signalled, stop = set(), None
@@ -229,18 +248,105 @@ def test_cht_counts_link_prediction_flops(tiny_fit):
 def test_too_short_run_is_refused():
     with pytest.raises(ValueError, match="no topology update would happen"):
         CHT.check_budget(CHT.Params(), total_steps=10, steps_per_epoch=10)  # 1 epoch
-    CHT.check_budget(CHT.Params(), total_steps=20, steps_per_epoch=10)
+    CHT.check_budget(CHT.Params(), total_steps=20, steps_per_epoch=10)  # step 10 < T_end = 15
+    with pytest.raises(ValueError, match="no topology update would happen"):
+        # 4 epochs at end_fraction 0.25: T_end = 10, and step 10 is not before it
+        CHT.check_budget(CHT.Params(end_fraction=0.25), total_steps=40, steps_per_epoch=10)
     with pytest.raises(ValueError, match="no topology update would happen"):
         CHT.check_budget(CHT.Params(update_interval=2), total_steps=20, steps_per_epoch=10)
     with pytest.raises(ValueError, match="no topology update would happen"):
         CHT.check_budget(CHT.Params(), total_steps=1)
 
 
-def test_end_fraction_stops_the_evolution_early(tiny_fit):
+def _mask_changes(watcher):
+    """Batches after which some layer's mask differs from the batch before."""
+    seq = watcher.masks
+    return [
+        k
+        for k in range(1, len(seq))
+        if any(not torch.equal(seq[k][n], seq[k - 1][n]) for n in ("0", "2", "4"))
+    ]
+
+
+def test_evolution_ends_at_three_quarters_of_the_run(tiny_fit):
+    # 8 epochs of 10 steps: T_end = 0.75 x 80 = 60. Updates at steps 10, 20, 30, 40, 50 (step
+    # 60 is not before T_end, as the reference's ``step < T_end``), so 5 updates; the masks
+    # change first seen after batches 10, 20, ..., 50 (0-based batch index of the next epoch).
+    watcher = MaskWatcher()
+    _, m = tiny_fit("cht", 0.8, {"early_stop": False}, epochs=8, extra_callbacks=[watcher])
+    assert len(m.overlaps) == 5 and m.update_timing()[1] == 5
+    assert _mask_changes(watcher) == [10, 20, 30, 40, 50]
+    # end_fraction 1.0 (our earlier variant): every epoch but the last, 7 updates.
+    watcher = MaskWatcher()
+    params = {"early_stop": False, "end_fraction": 1.0}
+    _, m = tiny_fit("cht", 0.8, params, epochs=8, extra_callbacks=[watcher])
+    assert _mask_changes(watcher) == [10, 20, 30, 40, 50, 60, 70]
+    # end_fraction 0.5 of 4 epochs: T_end = 20, one update at step 10.
     _, m = tiny_fit("cht", 0.8, {"early_stop": False, "end_fraction": 0.5}, epochs=4)
-    assert len(m.overlaps) == 2  # after epochs 1 and 2 (step 20 <= T_end = 20), not 3
+    assert len(m.overlaps) == 1
     with pytest.raises(ValueError, match="no topology update would happen"):
         CHT.check_budget(CHT.Params(end_fraction=0.05), total_steps=100, steps_per_epoch=10)
+
+
+def test_zeta_decays_by_the_authors_cosine_and_sets_the_removal(tiny_fit, monkeypatch):
+    removed: list[tuple[int, int]] = []  # (nnz, links dropped by magnitude) of layer "0"
+    remove = CHT.remove
+
+    def spy(self, name, weight, mask):
+        kept = remove(self, name, weight, mask)
+        if name == "0":
+            removed.append((int(mask.sum()), int(mask.sum() - kept.sum())))
+        return kept
+
+    monkeypatch.setattr(CHT, "remove", spy)
+    _, m = tiny_fit("cht", 0.8, {"early_stop": False}, epochs=8)
+    # zeta_t = 0.3 / 2 * (1 + cos(pi t / T_end)), T_end = 60, at t = 10, 20, 30, 40, 50.
+    expected = [
+        0.15 * (1 + math.sqrt(3) / 2),  # cos(pi/6)
+        0.15 * 1.5,  # cos(pi/3) = 1/2
+        0.15,  # cos(pi/2) = 0
+        0.15 * 0.5,  # cos(2 pi/3) = -1/2
+        0.15 * (1 - math.sqrt(3) / 2),  # cos(5 pi/6)
+    ]
+    assert m.zetas == pytest.approx(expected)
+    nnz = round(0.2 * 32 * 12)  # 77 links in the 32 x 12 layer at density 0.2
+    assert removed == [(nnz, int(z * nnz)) for z in expected]  # 21, 17, 11, 5, 1
+    # The constant schedule (our earlier variant) removes int(0.3 * 77) = 23 every time.
+    removed.clear()
+    tiny_fit("cht", 0.8, {"early_stop": False, "zeta_schedule": "constant"}, epochs=4)
+    assert removed == [(nnz, 23)] * 2
+
+
+class _Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(6, 8), nn.Linear(8, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        return self.c(self.b(h) + h)  # h feeds b and the skip; b's output meets the skip
+
+
+def test_chains_follow_the_graph_not_the_definition_order():
+    from sparsebench.suite.models import build_model
+    from sparsebench.suite.pillars.classification.masks import prunable_layers
+
+    mlp = build_model("lenet300_100", (1, 28, 28), 10)
+    x = torch.zeros(1, 1, 28, 28)
+    assert linear_chains(mlp, prunable_layers(mlp), x) == [("fc1", "fc2"), ("fc2", "fc3")]
+    # vit_tiny: q, k, v read a LayerNorm, o reads the attention product, fc2 ends in a residual
+    # add: the only chains are each block's fc1 -> GELU -> fc2.
+    vit = build_model("vit_tiny", (1, 28, 28), 10)
+    blocks = [f"trunk.blocks.{i}.mlp" for i in range(4)]
+    assert linear_chains(vit, prunable_layers(vit), x) == [(f"{b}.fc1", f"{b}.fc2") for b in blocks]
+    assert vit.training  # restored after the eval-mode trace
+    res = _Residual()
+    assert linear_chains(res, prunable_layers(res), torch.zeros(1, 6)) == []
+    seq = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5), nn.Linear(6, 6), nn.Tanh())
+    assert linear_chains(seq, prunable_layers(seq), torch.zeros(1, 4)) == [("0", "2")]
+    shared = nn.Linear(5, 5)
+    twice = nn.Sequential(nn.Linear(3, 5), shared, nn.ReLU(), shared)  # shared called twice
+    assert linear_chains(twice, prunable_layers(twice), torch.zeros(1, 3)) == []
 
 
 def test_bad_params_are_refused():
@@ -258,3 +364,25 @@ def test_every_update_is_timed_and_counted(tiny_fit):
     assert count == 2 == len(m.regrowth_seconds)  # after epochs 1 and 2, not the last
     # The whole update (removal + regrowth) takes at least its regrowth part.
     assert seconds >= m.regrowth_seconds_total >= 0.0
+
+
+def test_a_layer_that_regrows_nothing_does_not_signal():
+    from sparsebench.suite.pillars.classification.masks import MaskStore
+    from tests.methods.conftest import make_ctx
+
+    model = nn.Sequential(nn.Linear(4, 4))
+    store = MaskStore(model)
+    mask = torch.zeros(4, 4, dtype=torch.bool)
+    mask[:, :2] = True  # 8 links
+    store.set_mask("0", mask)
+    m = CHT(CHT.Params(early_stop_threshold=0.0), 0.5, make_ctx(model, input_shape=(4,)))
+    m.chains = []
+    m.zeta_now = 0.1  # int(0.1 * 8) = 0 links removed, so none regrown
+    m.evolve(store)
+    assert torch.equal(store.masks["0"], mask)
+    assert math.isnan(m.overlaps[0]["0"])
+    # The reference skips such a layer before its overlap check: no signal, evolution goes on.
+    assert m.signalled == set() and not m.evolution_stopped
+    m.zeta_now = 0.3  # int(0.3 * 8) = 2 links removed, 2 regrown: exact count kept
+    m.evolve(store)
+    assert int(store.masks["0"].sum()) == 8 and not math.isnan(m.overlaps[1]["0"])
