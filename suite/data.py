@@ -388,9 +388,10 @@ def make_skew300() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     classes each, not aligned with frequency) and a centre ``mu_c = z_{k(c)} + 0.4 N(0, I)``;
     an example of class c is ``mu_c + 0.9 N(0, I)``. Related labels are near each other
     (class centres of one super-class are about 0.4 * sqrt(2 * 64) = 4.5 apart, of
-    different ones about sqrt(2 * 64 * 1.16) = 12), and the noise makes the task learnable but not solved: dense
-    LeNet-300-100 (dst.yaml's SGD recipe, 3 epochs) reaches about 79 % test accuracy, against
-    15.9 % for always predicting the most frequent class and 0.33 % for a uniform guess.
+    different ones about sqrt(2 * 64 * 1.16) = 12), and the noise makes the task learnable
+    but not solved: dense LeNet-300-100 (dst.yaml's SGD recipe, 3 epochs) reaches 79 % test
+    accuracy, against 15.9 % for always predicting the most frequent class and 0.33 % for a
+    uniform guess.
     Well under a second.
     """
     rng = np.random.default_rng(_SKEW_SEED)
