@@ -234,6 +234,7 @@ def test_registry_names() -> None:
         "digits",
         "mnist1d",
         "wide1k",
+        "skew300",
         "mnist",
         "fashion_mnist",
         "cifar10",
@@ -241,7 +242,7 @@ def test_registry_names() -> None:
     }
 
 
-@pytest.mark.parametrize("name", ["mnist5k", "digits", "mnist1d", "wide1k"])
+@pytest.mark.parametrize("name", ["mnist5k", "digits", "mnist1d", "wide1k", "skew300"])
 def test_registered_facts_are_what_the_loader_gives(data_root: Path, name: str) -> None:
     # The spec checks trust these facts without loading: they must match the loaded splits.
     entry, s = DATASETS[name], load_dataset(name, data_root)
@@ -305,3 +306,38 @@ def test_wide1k_is_learnable_from_class_prototypes() -> None:
     means = torch.zeros(1000, 256).index_add_(0, y[first], x[first]) / 20
     pred = torch.cdist(x[~first], means).argmin(1)
     assert (pred == y[~first]).float().mean().item() > 0.3
+
+
+def test_skew300_zipf_counts_splits_and_determinism(tmp_path: Path) -> None:
+    s = load_dataset("skew300", tmp_path / "unused")
+    assert (s.name, s.input_shape, s.num_classes) == ("skew300", (64,), 300)
+    # Zipf: class c has max(10, round(3000 / (c + 1))) examples; 3000 * H_300 ~ 18,847
+    total = [max(10, round(3000 / (c + 1))) for c in range(300)]
+    assert total[:5] == [3000, 1500, 1000, 750, 600] and total[-1] == 10 and sum(total) == 18847
+    # test 18847 // 5, val 18847 // 10, the rest train
+    assert _sizes(s) == (18847 - 1884 - 3769, 1884, 3769)
+    parts = [_counts(getattr(s, p), 300) for p in ("train", "val", "test")]
+    assert [sum(col) for col in zip(*parts)] == total  # every example in one split
+    # stratified: class 0 (3,000 of 18,847) keeps its share in test, 3,000 * 3,769 / 18,847
+    assert abs(parts[2][0] - 3000 * 3769 / 18847) <= 1
+    assert (parts[0][-1], parts[1][-1], parts[2][-1]) == (7, 1, 2)  # the rarest class too
+    assert not (tmp_path / "unused").exists()
+    torch.manual_seed(123)
+    np.random.seed(123)
+    again = load_dataset("skew300", tmp_path)
+    for part in ("train", "val", "test"):
+        for a, b in zip(getattr(s, part).tensors, getattr(again, part).tensors):
+            assert torch.equal(a, b)
+
+
+def test_skew300_related_labels_are_near_each_other() -> None:
+    # Each class's nearest other class mean belongs to its super-class (30 of 10 classes each)
+    # for almost every class: the structure HASTE's label groups are formed from.
+    from sparsebench.suite.data import make_skew300
+
+    x, y, sup = make_skew300()
+    x, y, sup = torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(sup)
+    assert torch.bincount(sup).tolist() == [10] * 30
+    means = torch.zeros(300, 64).index_add_(0, y, x) / torch.bincount(y).unsqueeze(1)
+    dist = torch.cdist(means, means) + torch.diag(torch.full((300,), float("inf")))
+    assert (sup[dist.argmin(1)] == sup).float().mean().item() > 0.95

@@ -6,7 +6,7 @@ import pytest
 UPDATING = {
     "set": {},
     "rigl": {"update_interval": 5},
-    "haste": {"update_interval": 5, "group_size": 1},
+    "haste": {"update_interval": 5, "group_size": 1, "dense_head": 1},
     "snfs": {},
     "mest": {},
     "granet": {},
