@@ -11,6 +11,14 @@ import torch
 from sparsebench.methods.pruning.base import MaskMethod
 from sparsebench.suite.registry import register
 
+#: Fewest pruning steps (steps of the schedule that raise the sparsity) a GMP run may have.
+#: Ours: Zhu & Gupta give no minimum, but their recommended Δt of 100-1000 steps is a small
+#: fraction of their pruning windows, so their schedules prune many times. The first step of
+#: the cubic schedule jumps to s_f (1 - (1 - 1/n)^3) of the target: 0.875 s_f for n = 2
+#: (near one-shot), 0.271 s_f for n = 10, and every later step is smaller; below 10 steps the
+#: run no longer tests *gradual* pruning.
+MIN_PRUNING_STEPS = 10
+
 
 @register("gmp", family="pruning")
 class GMP(MaskMethod):
@@ -18,20 +26,31 @@ class GMP(MaskMethod):
 
         s_t = s_f + (s_i - s_f) * (1 - (t - t_0) / (n Δt))^3,  t in {t_0, t_0 + Δt, ..., t_0 + nΔt}
 
-    Every ``pruning_frequency`` (Δt) steps between ``t_0 = begin_fraction * total_steps`` and
-    ``t_0 + nΔt <= end_fraction * total_steps``, each layer keeps its largest-|w| weights so
-    that its sparsity is s_t (layer-wise pruning as in the paper, every layer to the same s_t,
-    or the ERK share of it; ``distribution: global`` ranks all layers jointly instead), and
-    removed weights never come back; the last pruning step reaches
-    the target s_f exactly, then training continues with the mask fixed.
+    At every pruning step between ``t_0 = begin_fraction * total_steps`` and
+    ``t_0 + nΔt <= t_end = end_fraction * total_steps``, each layer keeps its largest-|w|
+    weights so that its sparsity is s_t (layer-wise pruning as in the paper, every layer to the
+    same s_t, or the ERK share of it; ``distribution: global`` ranks all layers jointly
+    instead), and removed weights never come back; the last pruning step reaches the target
+    s_f exactly, then training continues with the mask fixed.
 
-    Defaults: s_i = 0, Δt = 100 steps (the paper recommends 100 to 1000), pruning from 25% to
-    75% of training (approximately the window used for gradual pruning by Gale et al. 2019,
-    "The State of Sparsity in Deep Neural Networks", scaled to the run), uniform layer sparsity.
+    Δt, two ways:
+
+    * budget-scaled (the default, ours): ``pruning_frequency: null`` and n = ``pruning_steps``
+      (null: :data:`MIN_PRUNING_STEPS` = 10), Δt = floor((t_end - t_0) / n), so a short run
+      gets as many pruning steps as a long one;
+    * fixed, as in the paper: ``pruning_frequency: Δt`` steps (the paper recommends 100 to
+      1000) and n = floor((t_end - t_0) / Δt).
+
+    Either way a schedule with fewer than :data:`MIN_PRUNING_STEPS` pruning steps (n, plus t_0
+    itself when s_i > 0) is refused with a ValueError at spec validation: on a 550-step run
+    Δt = 100 prunes only twice (0.875 s_f, then s_f), near one-shot.
+
+    Other defaults: s_i = 0, pruning from 25% to 75% of training (approximately the window used
+    for gradual pruning by Gale et al. 2019, "The State of Sparsity in Deep Neural Networks",
+    scaled to the run), uniform layer sparsity.
 
     Training FLOPs: ``3 f_S(t)`` per example at step t, the sparse forward FLOPs at that step's
     layer densities (``3 f_D (1 - s_t)`` for uniform sparsity; Evci et al. 2020, Appendix H).
-    A window shorter than one pruning interval is refused with a ValueError.
 
     Source: Zhu & Gupta 2017, "To prune, or not to prune: exploring the efficacy of pruning for
     model compression", arXiv:1710.01878, Sec. 3, Eq. 1.
@@ -40,7 +59,8 @@ class GMP(MaskMethod):
     @dataclass
     class Params:
         initial_sparsity: float = 0.0
-        pruning_frequency: int = 100
+        pruning_frequency: int | None = None
+        pruning_steps: int | None = None
         begin_fraction: float = 0.25
         end_fraction: float = 0.75
         distribution: Literal["uniform", "erk", "global"] = "uniform"
@@ -48,8 +68,19 @@ class GMP(MaskMethod):
         init: Literal["default", "swi", "scaled"] = "default"
 
         def validate(self) -> None:
-            if self.pruning_frequency < 1:
+            if self.pruning_frequency is not None and self.pruning_frequency < 1:
                 raise ValueError(f"pruning_frequency must be >= 1, got {self.pruning_frequency}")
+            if self.pruning_steps is not None:
+                if self.pruning_frequency is not None:
+                    raise ValueError(
+                        f"set pruning_frequency (fixed Δt, got {self.pruning_frequency}) or "
+                        f"pruning_steps (Δt scaled to the run, got {self.pruning_steps}), not both"
+                    )
+                if self.pruning_steps < MIN_PRUNING_STEPS:
+                    raise ValueError(
+                        f"pruning_steps must be >= MIN_PRUNING_STEPS = {MIN_PRUNING_STEPS} "
+                        f"(methods/pruning/gmp.py), got {self.pruning_steps}"
+                    )
             if not 0.0 <= self.begin_fraction < self.end_fraction <= 1.0:
                 raise ValueError(
                     "need 0 <= begin_fraction < end_fraction <= 1, got "
@@ -58,34 +89,66 @@ class GMP(MaskMethod):
             if not 0.0 <= self.initial_sparsity < 1.0:
                 raise ValueError(f"initial_sparsity must be in [0, 1), got {self.initial_sparsity}")
 
+    @staticmethod
+    def schedule(params: Params, total_steps: int) -> tuple[int, int, int, int]:
+        """(t_0, t_end, Δt, n) of Eq. 1 for a run of ``total_steps``. n is 0 if the window is
+        shorter than a fixed Δt; a scaled Δt is at least 1 step, so a window of fewer steps
+        than ``pruning_steps`` fits only that many."""
+        t0 = int(params.begin_fraction * total_steps)
+        t_end = int(params.end_fraction * total_steps)
+        span = t_end - t0
+        if params.pruning_frequency is None:
+            n = min(params.pruning_steps or MIN_PRUNING_STEPS, span)
+            return t0, t_end, max(1, span // max(n, 1)), n
+        return t0, t_end, params.pruning_frequency, span // params.pruning_frequency
+
+    @staticmethod
+    def pruning_step_count(params: Params, n: int) -> int:
+        """Steps that raise the sparsity: t_0 + Δt, ..., t_0 + nΔt, and t_0 when s_i > 0."""
+        return n + (params.initial_sparsity > 0.0)
+
     @property
     def t0(self) -> int:
-        return int(self.params.begin_fraction * self.ctx.total_steps)
+        return self.schedule(self.params, self.ctx.total_steps)[0]
+
+    @property
+    def dt(self) -> int:
+        return self.schedule(self.params, self.ctx.total_steps)[2]
 
     @property
     def n_prunes(self) -> int:
-        """n of Eq. 1: pruning steps after t_0 that fit before end_fraction (at least 1)."""
-        span = int(self.params.end_fraction * self.ctx.total_steps) - self.t0
-        return max(1, span // self.params.pruning_frequency)
+        """n of Eq. 1: pruning intervals after t_0."""
+        return self.schedule(self.params, self.ctx.total_steps)[3]
 
     def sparsity_at(self, step: int) -> float | None:
         """s_t of Eq. 1 at a pruning step, ``None`` if ``step`` is not a pruning step."""
-        dt = self.params.pruning_frequency
-        if step < self.t0 or (step - self.t0) % dt or step > self.t0 + self.n_prunes * dt:
+        t0, _, dt, n = self.schedule(self.params, self.ctx.total_steps)
+        if n < 1 or step < t0 or (step - t0) % dt or step > t0 + n * dt:
             return None
         s_i, s_f = self.params.initial_sparsity, self.sparsity
-        progress = (step - self.t0) / (self.n_prunes * dt)
+        progress = (step - t0) / (n * dt)
         return s_f + (s_i - s_f) * (1.0 - progress) ** 3
 
     @classmethod
     def check_budget(cls, params: Params, total_steps: int) -> None:
-        span = int(params.end_fraction * total_steps) - int(params.begin_fraction * total_steps)
-        if span < params.pruning_frequency:
+        t0, t_end, dt, n = cls.schedule(params, total_steps)
+        count = cls.pruning_step_count(params, n)
+        if count < MIN_PRUNING_STEPS:
+            span = t_end - t0
+            fix = (
+                f"set pruning_frequency: null (Δt scaled to {MIN_PRUNING_STEPS} pruning steps) "
+                f"or a pruning_frequency <= {span // MIN_PRUNING_STEPS}"
+                if span >= MIN_PRUNING_STEPS
+                else "widen the window (begin_fraction, end_fraction)"
+            )
+            kind = "fixed" if params.pruning_frequency is not None else "scaled"
             raise ValueError(
-                f"gmp: the pruning window ({params.begin_fraction}-{params.end_fraction} of "
-                f"{total_steps} steps = {span} steps) is shorter than pruning_frequency = "
-                f"{params.pruning_frequency}, so the target sparsity would never be reached; "
-                f"lower pruning_frequency or train longer"
+                f"gmp: {count} pruning steps, fewer than MIN_PRUNING_STEPS = "
+                f"{MIN_PRUNING_STEPS} (methods/pruning/gmp.py): {total_steps} steps, window "
+                f"t_0 = {t0} to t_end = {t_end} ({params.begin_fraction}-"
+                f"{params.end_fraction} of the run, {span} steps), {kind} "
+                f"pruning_frequency Δt = {dt}, n = {n}; a schedule this coarse is near "
+                f"one-shot pruning; {fix}, or train longer"
             )
 
     def on_fit_start(self, trainer, pl_module) -> None:

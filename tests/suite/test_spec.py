@@ -144,7 +144,10 @@ def _write_text(tmp_path: Path, text: str) -> Path:
             _with(methods={"rigl": {"update_interval": 100}}),
             ["methods.rigl", "tasks.d", "no mask update would happen", "update_interval = 100"],
         ),
-        (_with(methods={"gmp": {}}), ["methods.gmp", "shorter than pruning_frequency"]),
+        (
+            _with(methods={"gmp": {"pruning_frequency": 100}}),
+            ["methods.gmp", "tasks.d", "0 pruning steps", "MIN_PRUNING_STEPS = 10"],
+        ),
     ],
 )
 def test_grid_and_preflight_errors(tmp_path, data, expected):

@@ -116,9 +116,12 @@ def test_density_follows_cubic_schedule_and_regeneration_keeps_layer_counts(tiny
     module, m = tiny_fit("granet", 0.9, FIT, epochs=4, extra_callbacks=[watcher])
     assert (m.update_interval, m.n_prunes, m.ctx.total_steps) == (2, 10, 40)
     total = module.masks.total
+    # Eq. 1 by hand: ΔT = 0.05 x 40 = 2, t_0 = 0, n = 10, d_i = 0.5, d_f = 0.1.
+    by_hand = {2 * k: 0.1 + 0.4 * (1 - k / 10) ** 3 for k in range(1, 11)}
+    assert by_hand[2] == pytest.approx(0.3916) and by_hand[20] == pytest.approx(0.1)
     for i, nnz in enumerate(watcher.nnz):
         step = i + 1  # watcher.nnz[i] is after step i + 1's update
-        d = m.density_at(step)
+        d = by_hand.get(step)
         if d is not None:
             assert sum(nnz.values()) == n_keep(total, d), step  # exactly Eq. 1, rounded
         elif step > 1:
@@ -183,7 +186,8 @@ def test_conv_update_keeps_exact_counts():
     grads = {n: torch.randn(store.weight(n).shape) for n in store.layers}
     before, dens0 = dict(store.masks), store.densities()
     g.update(store, 10, grads, batch_size=4)  # k = 1 of n = 5
-    assert store.total_nnz == n_keep(store.total, g.density_at(10))
+    # d_1 = 0.2 + (0.5 - 0.2) x 0.8^3 = 0.3536 of 216 + 640 = 856 weights: 302.7 -> 303
+    assert store.total == 856 and store.total_nnz == 303
     counts = {n: store.nnz(n) for n in store.layers}
     assert store.masks["0"].shape == (8, 3, 3, 3)
     g.update(store, 60, grads, batch_size=4)  # after the window: nothing happens by default

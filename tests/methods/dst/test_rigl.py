@@ -24,16 +24,23 @@ def test_cosine_drop_fraction_schedule():
     assert r.drop_fraction_at(0) == pytest.approx(0.3)
     assert r.drop_fraction_at(375) == pytest.approx(0.15)
     assert r.drop_fraction_at(750) == pytest.approx(0.0)
-    assert [s for s in range(0, 1001, 100) if r.is_update_step(s)] == [
-        0,
-        100,
-        200,
-        300,
-        400,
-        500,
-        600,
-        700,
-    ]
+
+
+def _updates(total_steps: int, **params) -> list[int]:
+    r = RigL(RigL.Params(**params), 0.9, ctx=type("C", (), {"total_steps": total_steps})())
+    return [s for s in range(total_steps) if r.is_update_step(s)]
+
+
+def test_update_steps_listed_by_hand():
+    # ΔT = 100, T_end = 0.75 x 1000 = 750: t = 0, 100, ..., 700 (750 is not < T_end).
+    assert _updates(1000) == [0, 100, 200, 300, 400, 500, 600, 700]
+    # ΔT = 30, T_end = int(0.75 x 200) = 150: 150 itself is excluded.
+    assert _updates(200, update_interval=30) == [0, 30, 60, 90, 120]
+    # T_end = int(0.75 x 204) = 153 > 150: now 150 updates.
+    assert _updates(204, update_interval=30) == [0, 30, 60, 90, 120, 150]
+    # ΔT = 7, T_end = int(0.5 x 40) = 20.
+    assert _updates(40, update_interval=7, end_fraction=0.5) == [0, 7, 14]
+    assert _updates(200, update_interval=30, update_at_start=False) == [30, 60, 90, 120]
 
 
 def test_rigl_keeps_exact_layer_nnz_after_every_update(tiny_fit):
@@ -53,7 +60,8 @@ def test_rigl_counts_dense_gradient_flops(tiny_fit):
     module, m = tiny_fit("rigl", 0.8, {"update_interval": 3}, epochs=4)
     flops = m.ctx.flops
     f_s = sum(f * d for f, d in zip(flops.dense_flops.values(), module.masks.densities().values()))
-    n_updates = sum(m.is_update_step(s) for s in range(m.ctx.total_steps))
+    # 40 steps, ΔT = 3, T_end = 30: updates at 0, 3, ..., 27, ten of them.
+    n_updates = 10
     expected = 3 * f_s * 160 * 4 + n_updates * 16 * (flops.f_dense - f_s)
     assert flops.total == pytest.approx(expected)
     assert not math.isclose(flops.total, 3 * f_s * 160 * 4)
@@ -77,9 +85,10 @@ def test_update_iteration_replaces_the_optimizer_step(tiny_fit):
     watcher = _StepWatcher()
     _, m = tiny_fit("rigl", 0.8, {"update_interval": 3}, epochs=4, extra_callbacks=[watcher])
     # s[0] is the global step after the iteration: the iteration's index is s[0] - 1.
-    updates = [s for s in watcher.steps if m.is_update_step(s[0] - 1)]
-    regular = [s for s in watcher.steps if not m.is_update_step(s[0] - 1)]
-    assert len(updates) >= 3
+    hand = set(range(0, 30, 3))  # 40 steps, ΔT = 3, T_end = 30
+    updates = [s for s in watcher.steps if s[0] - 1 in hand]
+    regular = [s for s in watcher.steps if s[0] - 1 not in hand]
+    assert len(updates) == 10
     for _, before, after in updates:
         # Biases and every weight that stays active keep their values: no optimizer step.
         for name in before:
@@ -95,5 +104,58 @@ def test_too_short_run_is_refused():
 
 
 def test_update_at_start_false_skips_step_zero():
-    r = RigL(RigL.Params(update_at_start=False), 0.9, ctx=type("C", (), {"total_steps": 1000})())
-    assert not r.is_update_step(0) and r.is_update_step(100)
+    assert _updates(1000, update_at_start=False) == [100, 200, 300, 400, 500, 600, 700]
+
+
+class _MomentumWatcher(pl.Callback):
+    """At each iteration: masks, weights and SGD momentum buffers before it and after it."""
+
+    def __init__(self):
+        self.records = []
+
+    def _snap(self, trainer, pl_module):
+        store = pl_module.masks
+        opt = trainer.optimizers[0]
+        out = {}
+        for name in store.layers:
+            w = store.weight(name)
+            buf = opt.state.get(w, {}).get("momentum_buffer")
+            mask = store.masks[name]
+            out[name] = (
+                torch.ones_like(w, dtype=torch.bool) if mask is None else mask.clone(),
+                w.detach().clone(),
+                None if buf is None else buf.clone(),
+            )
+        return out
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._before = self._snap(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.records.append((trainer.global_step - 1, self._before, self._snap(trainer, pl_module)))
+
+
+def test_grown_weights_start_at_zero_with_zero_momentum_in_a_real_fit(tiny_fit):
+    # SGD with momentum 0.9 (the tiny fit's recipe), 40 steps, ΔT = 3: updates at 0, 3, ..., 27.
+    watcher = _MomentumWatcher()
+    tiny_fit("rigl", 0.8, {"update_interval": 3}, epochs=4, extra_callbacks=[watcher])
+    ever_active = {}
+    checked = regrown = n_grown = 0
+    for step, before, after in watcher.records:
+        for name, (m0, _w0, b0) in before.items():
+            m1, w1, b1 = after[name]
+            was = ever_active.get(name, torch.zeros_like(m0))
+            if step in range(3, 30, 3) and b0 is not None:
+                grown, kept = m1 & ~m0, m1 & m0
+                n_grown += int(grown.sum())
+                assert torch.all(w1[grown] == 0), (step, name)
+                assert torch.all(b1[grown] == 0), (step, name)
+                # no optimizer step on the update iteration: surviving momentum untouched
+                assert torch.equal(b1[kept], b0[kept]), (step, name)
+                assert b0[kept].abs().sum() > 0
+                checked += 1
+                regrown += int((grown & was).sum())  # active once, dropped, now back
+            ever_active[name] = was | m0 | m1
+    assert checked == 9 * 3  # updates 3..27 on the three layers
+    assert n_grown > 50
+    assert regrown > 0  # some grown positions had momentum before they were dropped

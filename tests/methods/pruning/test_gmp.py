@@ -1,38 +1,142 @@
 import pytest
 import torch
+from torch import nn
 
-from sparsebench.methods.pruning.gmp import GMP
+from sparsebench.methods.pruning.gmp import GMP, MIN_PRUNING_STEPS
+from sparsebench.suite.pillars.classification.masks import MaskStore
 from tests.methods.conftest import MaskWatcher
 
 
-def _gmp(total=1000, **kw):
+def _gmp(total=1000, sparsity=0.9, **kw):
     ctx = type("C", (), {"total_steps": total})()
-    return GMP(GMP.Params(**kw), 0.9, ctx)
+    return GMP(GMP.Params(**kw), sparsity, ctx)
 
 
-def test_cubic_schedule_at_known_steps():
-    g = _gmp()  # t0 = 250, end 750, dt = 100 -> n = 5 pruning intervals
-    assert (g.t0, g.n_prunes) == (250, 5)
-    assert g.sparsity_at(250) == pytest.approx(0.0)
-    assert g.sparsity_at(350) == pytest.approx(0.9 * (1 - 0.8**3))
-    assert g.sparsity_at(550) == pytest.approx(0.9 * (1 - 0.4**3))
-    assert g.sparsity_at(750) == pytest.approx(0.9)
-    assert g.sparsity_at(300) is None and g.sparsity_at(850) is None and g.sparsity_at(0) is None
+def test_cubic_schedule_at_known_steps_with_a_fixed_interval():
+    g = _gmp(total=2000, pruning_frequency=100)  # t0 = 500, end 1500 -> n = 10
+    assert (g.t0, g.dt, g.n_prunes) == (500, 100, 10)
+    assert g.sparsity_at(500) == pytest.approx(0.0)
+    assert g.sparsity_at(600) == pytest.approx(0.9 * (1 - 0.9**3))
+    assert g.sparsity_at(1000) == pytest.approx(0.9 * (1 - 0.5**3))
+    assert g.sparsity_at(1500) == pytest.approx(0.9)
+    assert g.sparsity_at(550) is None and g.sparsity_at(1600) is None and g.sparsity_at(0) is None
+
+
+def test_min_pruning_steps_is_ten():
+    assert MIN_PRUNING_STEPS == 10
+
+
+def test_two_step_schedule_of_a_550_step_run_is_refused():
+    # 550 steps, Δt = 100: t0 = int(137.5) = 137, t_end = int(412.5) = 412, window 275 steps,
+    # n = 275 // 100 = 2: s = 0.875 s_f at 237 and s_f at 337, near one-shot.
+    with pytest.raises(ValueError) as e:
+        GMP.check_budget(GMP.Params(pruning_frequency=100), 550)
+    msg = str(e.value)
+    for part in ("2 pruning steps", "MIN_PRUNING_STEPS = 10", "t_0 = 137", "t_end = 412"):
+        assert part in msg, (part, msg)
+    assert "Δt = 100" in msg and "pruning_frequency: null" in msg and "<= 27" in msg
+    # initial_sparsity > 0 makes t0 a pruning step too, but 3 is still too few.
+    with pytest.raises(ValueError, match="3 pruning steps"):
+        GMP.check_budget(GMP.Params(pruning_frequency=100, initial_sparsity=0.5), 550)
+    # Δt = 27: n = 275 // 27 = 10 pruning steps, accepted.
+    GMP.check_budget(GMP.Params(pruning_frequency=27), 550)
+    with pytest.raises(ValueError, match="9 pruning steps"):
+        GMP.check_budget(GMP.Params(pruning_frequency=28), 550)  # 275 // 28 = 9
+
+
+def test_refused_at_fit_start_too():
+    with pytest.raises(ValueError, match="0 pruning steps"):
+        _gmp(total=100, pruning_frequency=100).on_fit_start(None, None)
+
+
+def test_scaled_schedule_of_a_550_step_run():
+    # Default (Δt scaled): n = 10, Δt = 275 // 10 = 27, pruning at 137 + 27k, k = 1..10.
+    g = _gmp(total=550, sparsity=0.9)
+    g.check_budget(g.params, 550)
+    steps = [t for t in range(550) if (s := g.sparsity_at(t)) is not None and s > 0]
+    assert steps == [164, 191, 218, 245, 272, 299, 326, 353, 380, 407]
+    assert g.sparsity_at(164) == pytest.approx(0.9 * (1 - 0.9**3))  # 0.2439
+    assert g.sparsity_at(407) == pytest.approx(0.9)
+    # pruning_steps: 20 -> Δt = 275 // 20 = 13, last step 137 + 260 = 397.
+    g20 = _gmp(total=550, pruning_steps=20)
+    steps20 = [t for t in range(550) if (s := g20.sparsity_at(t)) is not None and s > 0]
+    assert steps20 == list(range(150, 398, 13)) and len(steps20) == 20
+    # A window of 6 steps fits at most 6 scaled pruning steps: refused.
+    with pytest.raises(ValueError, match="6 pruning steps"):
+        GMP.check_budget(GMP.Params(), 12)  # t0 = 3, t_end = 9
+
+
+def test_both_pruning_frequency_and_pruning_steps_is_refused():
+    with pytest.raises(ValueError, match="not both"):
+        GMP.Params(pruning_frequency=10, pruning_steps=10).validate()
+    with pytest.raises(ValueError, match="pruning_steps must be >= MIN_PRUNING_STEPS = 10"):
+        GMP.Params(pruning_steps=9).validate()
+
+
+def test_prunes_the_smallest_magnitudes_at_each_step_by_hand():
+    # One 1x10 layer with |w| = 1..10 (positions shuffled), s_f = 0.9, pruning_steps 10 over a
+    # window of 10 steps (total 20: t0 = 5, t_end = 15, Δt = 1). Densities by hand:
+    # d_k = 1 - 0.9 (1 - (1 - k/10)^3) -> kept = round(10 d_k):
+    #   k=1: 1-0.9*0.271=0.7561 -> 8   k=2: 1-0.9*0.488=0.5608 -> 6   k=3: 1-0.9*0.657=0.4087 -> 4
+    #   k=4: 1-0.9*0.784=0.2944 -> 3   k=5: 1-0.9*0.875=0.2125 -> 2   k=6..10: <= 0.1576 -> 1-2
+    #   k=6: 1-0.9*0.936=0.1576 -> 2   k=7: 1-0.9*0.973=0.1243 -> 1   k=8..10 -> 1
+    mags = [3.0, 10.0, 1.0, 7.0, 5.0, 2.0, 9.0, 4.0, 8.0, 6.0]
+    signs = [1, -1, 1, -1, 1, 1, -1, 1, -1, 1]
+    model = nn.Sequential(nn.Linear(10, 1, bias=False))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[m * s for m, s in zip(mags, signs)]]))
+    store = MaskStore(model)
+    module = type("M", (), {"masks": store})()
+    g = _gmp(total=20, sparsity=0.9, pruning_steps=10)
+    assert (g.t0, g.dt, g.n_prunes) == (5, 1, 10)
+    kept_by_hand = {6: 8, 7: 6, 8: 4, 9: 3, 10: 2, 11: 2, 12: 1, 13: 1, 14: 1, 15: 1}
+    for step in range(20):
+        g.on_train_batch_start(type("T", (), {"global_step": step})(), module, None, 0)
+        mask = store.masks["0"]
+        if step < 6:
+            assert mask is None, step
+            continue
+        k = kept_by_hand[min(step, 15)]
+        # the k largest magnitudes survive: |w| in {10, 9, ..., 11 - k}
+        expected = [m > 10 - k for m in mags]
+        assert mask[0].tolist() == expected, (step, mask[0].tolist())
+    assert mask[0].tolist() == [False, True] + [False] * 8  # only |w| = 10 (position 1) left
+
+
+def test_pruned_weights_never_return_even_if_they_would_rank_first():
+    # A pruned position whose weight is later large (as if training moved it) stays pruned.
+    model = nn.Sequential(nn.Linear(4, 1, bias=False))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[4.0, 3.0, 2.0, 1.0]]))
+    store = MaskStore(model)
+    module = type("M", (), {"masks": store})()
+    g = _gmp(total=40, sparsity=0.75, pruning_steps=10)  # t0 = 10, Δt = 2
+    # k=1: d = 1 - 0.75*0.271 = 0.79675 -> round(3.187) = 3 kept: position 3 (|w| = 1) goes.
+    g.on_train_batch_start(type("T", (), {"global_step": 12})(), module, None, 0)
+    assert store.masks["0"][0].tolist() == [True, True, True, False]
+    with torch.no_grad():
+        model[0].weight[0, 3] = 100.0  # masked position, large value
+        model[0].weight[0, 0] = 0.1
+    # k=2: d = 1 - 0.75*0.488 = 0.634 -> round(2.536) = 3 kept: still positions 0-2.
+    g.on_train_batch_start(type("T", (), {"global_step": 14})(), module, None, 0)
+    assert store.masks["0"][0].tolist() == [True, True, True, False]
+    # k=3: d = 1 - 0.75*0.657 = 0.50725 -> round(2.029) = 2 kept: |w| 3, 2; 0.1 goes, 100 stays out.
+    g.on_train_batch_start(type("T", (), {"global_step": 16})(), module, None, 0)
+    assert store.masks["0"][0].tolist() == [False, True, True, False]
 
 
 def test_gmp_reaches_target_and_sparsity_never_decreases(tiny_fit):
     watcher = MaskWatcher()
-    params = {"pruning_frequency": 4, "begin_fraction": 0.25, "end_fraction": 0.75}
-    module, _ = tiny_fit("gmp", 0.8, params, epochs=4, extra_callbacks=[watcher])
+    # 40 steps: t0 = 10, t_end = 30, Δt = 2 (scaled, 10 pruning steps)
+    module, method = tiny_fit("gmp", 0.8, {}, epochs=4, extra_callbacks=[watcher])
+    assert (method.t0, method.dt, method.n_prunes) == (10, 2, 10)
     totals = [sum(n.values()) for n in watcher.nnz]
     assert all(a >= b for a, b in zip(totals, totals[1:]))
+    # the nnz total changes exactly at the pruning steps t0 + 2k, k = 1..10 (watcher index = step)
+    changes = [i for i in range(1, len(totals)) if totals[i] != totals[i - 1]]
+    assert changes == list(range(12, 31, 2))
     assert module.masks.sparsity() == pytest.approx(0.8, abs=0.01)
     # removed weights never come back
     for a, b in zip(watcher.masks, watcher.masks[1:]):
         if a["0"] is not None and b["0"] is not None:
             assert not torch.any(b["0"] & ~a["0"])
-
-
-def test_window_shorter_than_one_pruning_interval_is_refused():
-    with pytest.raises(ValueError, match="shorter than pruning_frequency = 100"):
-        _gmp(total=100).on_fit_start(None, None)
