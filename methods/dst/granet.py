@@ -52,23 +52,26 @@ class GraNet(Static):
     pruning at t_0 + nΔT and the mask is fixed afterwards. The published tables come from the
     released code, which regenerates until the end of training (31 % of a CIFAR run, 70 % of
     an ImageNet run), so reproduce them with ``regenerate_after_pruning: true``. The pruning
-    window's 110/160 is the code's argparse default; its shipped CIFAR script uses 80/160.
+    window's 110/160 is the README's command (argparse: ``--final-prune-epoch 110`` of
+    ``--epochs 250``); its shipped CIFAR script uses 80/160.
     ``regenerate_after_pruning: true`` keeps calling regeneration every ΔT (only
     regeneration, at the final per-layer counts, at every t_0 + kΔT < T) as that code does.
     No update runs at t = T (a weight grown after the last step would never train).
 
     Choices and departures (documented): the paper's ΔT and window are in iterations/epochs;
-    here they are fractions of the run, from the CIFAR setting of the paper and its code
-    (160 epochs, batch 128 on 45,000 training images = 352 iterations per epoch, 56,320 in all;
-    ΔT = 1000 iterations -> ``update_fraction`` = 1000 / 56320; pruning from epoch 0 to
-    epoch 110 -> ``begin_fraction`` 0, ``end_fraction`` 110/160; ImageNet uses ΔT = 4000 and
-    epochs 0-30 of 100). Pruning steps are t_0 + kΔT (the code uses multiples of ΔT, the same
-    when t_0 = 0). The reference loop stops pruning one step before t_0 + nΔT (``curr_prune_iter
-    <= final_iter - 1``) and never quite reaches d_f; we include k = n as Eq. 1 does. Global
-    pruning keeps at least one weight per layer (the reference may empty a layer); with
-    ``dense_first_layer`` the first layer stays dense and outside the global ranking and budget
-    (the code's ``--rm-first``). ``distribution`` sets only the initial mask (ERK in the paper);
-    the pruning is always global. A target density above d_i is refused (ValueError).
+    here they are fractions of the run, from the CIFAR setting of the paper and its README and
+    script (160 epochs, batch 128 as the script passes it, on 45,000 training images = 352
+    iterations per epoch, 56,320 in all; ΔT = 1000 iterations, the README's and script's
+    ``--update-frequency`` (argparse's default is 100) -> ``update_fraction`` = 1000 / 56320;
+    pruning from epoch 0 to epoch 110 -> ``begin_fraction`` 0, ``end_fraction`` 110/160;
+    ImageNet uses ΔT = 4000 and epochs 0-30 of 100). Pruning steps are t_0 + kΔT (the code uses
+    multiples of ΔT, the same when t_0 = 0). The reference loop stops pruning one step before
+    t_0 + nΔT (``curr_prune_iter <= final_iter - 1``) and never quite reaches d_f; we include k
+    = n as Eq. 1 does. Global pruning keeps at least one weight per layer (the reference may
+    empty a layer); with ``dense_first_layer`` the first layer stays dense and outside the
+    global ranking and budget (the code's ``--rm-first``). ``distribution`` sets only the
+    initial mask (ERK in the paper); the pruning is always global. A target density above d_i is
+    refused (ValueError).
 
     Training FLOPs: ``3 f_S(t)`` per example at each step's masks (the density falls during the
     pruning window) plus ``f_D - f_S`` per example on regeneration iterations, whose backward
@@ -78,8 +81,8 @@ class GraNet(Static):
     Source: Liu, Chen, Chen, Atashgahi, Yin, Kou, Shen, Pechenizkiy, Wang, Mocanu 2021,
     "Sparse Training via Boosting Pruning Plasticity with Neuroregeneration", NeurIPS,
     Algorithm 1, Eq. 1; defaults s_i = 0.5, ΔT = 1000, t_0 = 0, t_f = 110 of 160 epochs,
-    regeneration rate 0.5 with cosine decay, ERK (paper and its code,
-    github.com/Shiweiliuiiiiiii/GraNet).
+    regeneration rate 0.5 with cosine decay, ERK (paper, and the README command and CIFAR script
+    of github.com/Shiweiliuiiiiiii/GraNet at commit f338a247, 2023-02-10).
     """
 
     updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates

@@ -46,7 +46,11 @@ class RigL(Static):
 
     Source: Evci, Gale, Menick, Castro, Elsen 2020, "Rigging the Lottery: Making All Tickets
     Winners", ICML, Algorithm 1 and Eq. 1; defaults ΔT = 100, α = 0.3, cosine decay,
-    T_end = 0.75 of training, ERK.
+    T_end = 0.75 of training, ERK: the paper's (reference code google-research/rigl at
+    d39fc7d4, 2023-01-26: ΔT = 100 and α = 0.3 are its flag defaults, cosine only in its MNIST
+    script, ERK in its README's commands, T_end as absolute steps, 75,000 of 97,656 on CIFAR).
+    Ours: the last update is at t < T_end (the reference's ``global_step <= end_step`` also
+    updates at t = T_end when ΔT divides it).
     """
 
     updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates

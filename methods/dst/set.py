@@ -24,8 +24,10 @@ class SET(Static):
     random inactive positions (step 12), so each layer keeps its exact number of connections.
 
     When: with ``update_interval: null`` (default) at the end of every epoch, as Algorithm 1,
-    while the epoch ends before ``T_end = end_fraction x total_steps``. The authors evolve until
-    the second-to-last epoch (``end_fraction: 1.0``); under a cosine learning rate that leaves
+    while the epoch ends before ``T_end = end_fraction x total_steps``. The authors' sparse-Python
+    code evolves until the second-to-last epoch (``end_fraction: 1.0``; their Keras code after
+    every epoch, the last included; dcmocanu/sparse-evolutionary-artificial-neural-networks at
+    62ac9748); under a cosine learning rate that leaves
     the connections grown in the last epochs barely trained while the nominal density counts
     them, so the default stops at ``end_fraction = 0.75`` as Evci et al.'s SET baseline does
     (the record's ``trained_density`` shows the difference). With an integer
