@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import torch
 
-from sparsebench.methods.dst.acdc import AcDc
+from sparsebench.methods.dst.acdc import AcDc, check_schedule_fractions
 from sparsebench.methods.dst.arc_acdc import mask_iou
 from sparsebench.methods.dst.static import Static
 from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
@@ -104,7 +104,7 @@ class Arc(AcDc):
         rewire_fraction: float = 0.1
 
         def validate(self) -> None:
-            AcDc.Params.validate(self)  # the schedule's fractions, as AC/DC checks them
+            check_schedule_fractions(self)  # as AC/DC checks them
             if self.check_interval is not None and self.check_interval < 2:
                 raise ValueError(
                     f"check_interval must be >= 2 or null, got {self.check_interval} (a check "

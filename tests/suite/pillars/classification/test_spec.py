@@ -109,3 +109,31 @@ def test_granet_target_denser_than_its_start_is_refused_at_validation(tmp_path):
         _load(tmp_path, data)
     data["sparsities"] = [0.9]
     assert _load(tmp_path, data)
+
+
+def test_an_init_that_a_dense_start_makes_a_no_op_is_refused(tmp_path):
+    # The init rule acts once, on the layers masked at fit start: AC/DC, GMP, one-shot
+    # magnitude pruning and GraNet from density 1.0 have none there.
+    data = _digits_cnn(copy.deepcopy(BASE))
+    data["tasks"] = {"mlp": data["tasks"]["mlp"]}
+    dense_starts = {
+        "acdc": {},
+        "arc_acdc": {},
+        "gmp": {"pruning_frequency": 5},
+        "magnitude_oneshot": {},
+        "granet": {"initial_density": 1.0},
+    }
+    for method, params in dense_starts.items():
+        data["methods"] = {method: {**params, "init": "swi"}}
+        with pytest.raises(SpecError, match=rf"methods.{method}: .*init = 'swi' changes nothing"):
+            _load(tmp_path, data)
+        data["methods"] = {method: params}  # the section's init fills it: refused too
+        data["init"] = "scaled"
+        with pytest.raises(SpecError, match=r"section's init: 'scaled'.*set this method's own"):
+            _load(tmp_path, data)
+        data["methods"] = {method: {**params, "init": "default"}, "static": {}}
+        assert _load(tmp_path, data)  # its own default wins; static takes the section's
+        del data["init"]
+    # a sparse start takes any init
+    data["methods"] = {"arc": {"init": "swi"}, "granet": {"init": "swi"}, "snip": {"init": "swi"}}
+    assert _load(tmp_path, data)
