@@ -11,6 +11,7 @@ import torch
 
 from sparsebench.methods.dst.base import MaskMethod
 from sparsebench.methods.dst.static import Static
+from sparsebench.suite.pillars.classification.init import check_dense_start
 from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep, top_mask
 from sparsebench.suite.registry import register
 
@@ -106,6 +107,29 @@ def magnitude_masks(
     return out
 
 
+def check_schedule_fractions(p) -> None:
+    """AC/DC's checks of its schedule's fractions on ``p`` (AC/DC's or ARC's Params).
+
+    Raises: ValueError naming the fraction and its allowed range."""
+    if not 0.0 <= p.warmup_fraction < 1.0:
+        raise ValueError(f"warmup_fraction must be in [0, 1), got {p.warmup_fraction}")
+    if not 0.0 < p.phase_fraction < 1.0:
+        raise ValueError(f"phase_fraction must be in (0, 1), got {p.phase_fraction}")
+    if not 0.0 < p.final_fraction < 1.0:
+        raise ValueError(f"final_fraction must be in (0, 1), got {p.final_fraction}")
+    if p.last_decompressed_fraction < p.phase_fraction:
+        raise ValueError(
+            f"last_decompressed_fraction ({p.last_decompressed_fraction}) must be >= "
+            f"phase_fraction ({p.phase_fraction})"
+        )
+    used = p.warmup_fraction + p.phase_fraction + p.last_decompressed_fraction + p.final_fraction
+    if used > 1.0 + 1e-9:
+        raise ValueError(
+            "warmup_fraction + phase_fraction + last_decompressed_fraction + "
+            f"final_fraction = {used:g} > 1: no room for one compressed phase"
+        )
+
+
 @register("acdc", family="dst")
 class AcDc(MaskMethod):
     """Alternating Compressed/DeCompressed training (Peste et al. 2021, Sec. 3 and Fig. 1).
@@ -183,28 +207,12 @@ class AcDc(MaskMethod):
         decompress_state_reset: Literal["all", "reintroduced"] = "all"
 
         def validate(self) -> None:
-            if not 0.0 <= self.warmup_fraction < 1.0:
-                raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
-            if not 0.0 < self.phase_fraction < 1.0:
-                raise ValueError(f"phase_fraction must be in (0, 1), got {self.phase_fraction}")
-            if not 0.0 < self.final_fraction < 1.0:
-                raise ValueError(f"final_fraction must be in (0, 1), got {self.final_fraction}")
-            if self.last_decompressed_fraction < self.phase_fraction:
-                raise ValueError(
-                    f"last_decompressed_fraction ({self.last_decompressed_fraction}) must be >= "
-                    f"phase_fraction ({self.phase_fraction})"
-                )
-            used = (
-                self.warmup_fraction
-                + self.phase_fraction
-                + self.last_decompressed_fraction
-                + self.final_fraction
+            check_schedule_fractions(self)
+            check_dense_start(
+                self.init,
+                "AC/DC installs its first masks from the weights at its first "
+                "compression, after fit start",
             )
-            if used > 1.0 + 1e-9:
-                raise ValueError(
-                    "warmup_fraction + phase_fraction + last_decompressed_fraction + "
-                    f"final_fraction = {used:g} > 1: no room for one compressed phase"
-                )
 
     def __init__(self, params, sparsity, ctx):
         super().__init__(params, sparsity, ctx)

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import torch
 
-from sparsebench.methods.dst.acdc import AcDc
+from sparsebench.methods.dst.acdc import AcDc, check_schedule_fractions
 from sparsebench.methods.dst.arc_acdc import mask_iou
 from sparsebench.methods.dst.static import Static
 from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
@@ -69,7 +69,9 @@ class Arc(AcDc):
     rewiring step costs at most 1.1 x a compressed one), and the smallest round fraction for
     which the convergence test at threshold 0.9 can fail at all: a compression can swap at
     most k = f·nnz weights, so the IoU is at least (1 - f) / (1 + f), which is above 0.9 for
-    every f < 1/19 ≈ 0.053 (0.05 would end every phase at its first check by construction).
+    every f < 1/19 ≈ 0.053 (0.05 would end every phase at its first check by construction);
+    a setting where the test cannot fail, (1 - f) / (1 + f) > ``convergence_threshold``, is
+    refused.
     Only ``erk`` and ``uniform`` allocations (no ``global``: the per-layer counts nnz_l are
     what a compression restores).
 
@@ -102,7 +104,7 @@ class Arc(AcDc):
         rewire_fraction: float = 0.1
 
         def validate(self) -> None:
-            AcDc.Params.validate(self)  # the schedule's fractions, as AC/DC checks them
+            check_schedule_fractions(self)  # as AC/DC checks them
             if self.check_interval is not None and self.check_interval < 2:
                 raise ValueError(
                     f"check_interval must be >= 2 or null, got {self.check_interval} (a check "
@@ -114,6 +116,17 @@ class Arc(AcDc):
                 )
             if not 0.0 < self.rewire_fraction < 1.0:
                 raise ValueError(f"rewire_fraction must be in (0, 1), got {self.rewire_fraction}")
+            f, t = self.rewire_fraction, self.convergence_threshold
+            if (1.0 - f) / (1.0 + f) > t:
+                raise ValueError(
+                    f"rewire_fraction = {f:g} with convergence_threshold = {t:g}: a compression "
+                    f"swaps at most rewire_fraction of the active weights, so the IoU is at "
+                    f"least (1 - f) / (1 + f) = {(1.0 - f) / (1.0 + f):.6g} > "
+                    f"convergence_threshold and every rewiring phase would end at its first "
+                    f"check by construction; raise rewire_fraction to at least (1 - t) / (1 + t)"
+                    f" = {(1.0 - t) / (1.0 + t):.4g} or convergence_threshold to at least "
+                    f"{(1.0 - f) / (1.0 + f):.6g}"
+                )
 
     def __init__(self, params, sparsity, ctx):
         super().__init__(params, sparsity, ctx)
@@ -146,10 +159,15 @@ class Arc(AcDc):
         p = next(ph.length for ph in phases if ph.kind == "compressed")
         check = cls.interval(params, total_steps)
         if check >= p:
+            fix = (
+                "lower check_interval (>= 2) or train longer"
+                if check > 2
+                else "check_interval is at its minimum of 2, so a rewiring phase needs at "
+                "least 3 steps: train longer or raise phase_fraction"
+            )
             raise ValueError(
                 f"arc: no convergence check would happen: check_interval = {check} >= the "
-                f"{p}-step rewiring phases of a {total_steps}-step run; lower check_interval "
-                "(>= 2) or train longer"
+                f"{p}-step rewiring phases of a {total_steps}-step run; {fix}"
             )
         warm = phases[0]
         if warm.kind == "warmup" and warm.length < 2:

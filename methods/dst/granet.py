@@ -9,6 +9,7 @@ import torch
 
 from sparsebench.methods.dst.static import Static
 from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
+from sparsebench.suite.pillars.classification.init import check_dense_start
 from sparsebench.suite.pillars.classification.masks import (
     MaskStore,
     layer_densities,
@@ -100,6 +101,12 @@ class GraNet(Static):
         def validate(self) -> None:
             if self.initial_density is not None and not 0.0 < self.initial_density <= 1.0:
                 raise ValueError(f"initial_density must be in (0, 1], got {self.initial_density}")
+            if self.initial_density == 1.0:
+                check_dense_start(
+                    self.init,
+                    "at initial_density = 1.0 GraNet starts dense and its masks "
+                    "come from its first pruning step, after fit start",
+                )
             if not 0.0 < self.update_fraction < 1.0:
                 raise ValueError(f"update_fraction must be in (0, 1), got {self.update_fraction}")
             if not 0.0 <= self.begin_fraction < self.end_fraction <= 1.0:

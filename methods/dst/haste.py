@@ -95,8 +95,10 @@ class HASTE(RigL):
     not.
 
     Raises ValueError (``check_model``) when the last prunable layer is not an ``nn.Linear`` or
-    has no more than ``group_size`` rows outside the head, and (``check_budget``) when the run
-    is too short for any update (RigL's rule).
+    has no more than ``group_size`` rows outside the head (or ``dense_head`` is not below the
+    number of labels), (``check_sparsity``, given the model's layers) when the output layer's
+    budget cannot pay the head, and (``check_budget``) when the run is too short for any
+    update (RigL's rule).
 
     Source: HASTE, 2026 seed paper (known: its summary, "hardware-aware DST with group-shared
     fixed fan-in for a large output layer", and the reviewer's reading of its abstract,
@@ -147,6 +149,14 @@ class HASTE(RigL):
                 f"the output layer to be an nn.Linear (weight (n_classes, in_features)) to give "
                 f"it a group-shared fixed fan-in"
             )
+        if params.dense_head >= last.out_features:
+            raise ValueError(
+                f"haste: dense_head = {params.dense_head} is not below the "
+                f"{last.out_features} units (labels) of the output layer {name!r}: the head "
+                f"is the most frequent labels and at least group_size + 1 = "
+                f"{params.group_size + 1} must stay outside it; allowed: 0 <= dense_head <= "
+                f"{max(0, last.out_features - params.group_size - 1)}"
+            )
         rest = last.out_features - params.dense_head
         if rest <= params.group_size:
             raise ValueError(
@@ -156,6 +166,20 @@ class HASTE(RigL):
                 f"large output layer; use a many-class task (e.g. dataset skew300) or a "
                 f"smaller group_size / dense_head"
             )
+
+    @classmethod
+    def check_sparsity(
+        cls, params: Params, sparsity: float, layers: dict[str, nn.Module] | None = None
+    ) -> None:
+        """With the model's prunable ``layers``: refuse a dense head the output layer's budget
+        at ``sparsity`` cannot pay (:meth:`layer_counts`), at validation rather than at fit
+        start. Without ``layers`` nothing can be checked: the budget is the model's.
+
+        Raises: ValueError naming ``dense_head``, the density and the counts."""
+        super().check_sparsity(params, sparsity)
+        if layers:
+            shapes = {n: tuple(m.weight.shape) for n, m in layers.items()}
+            cls.layer_counts(params, 1.0 - float(sparsity), shapes)
 
     # -- groups from the task --------------------------------------------------------------
     @staticmethod
@@ -221,7 +245,15 @@ class HASTE(RigL):
 
     # -- allocation ----------------------------------------------------------------------
     def allocation(self, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str, int], int]:
-        """Nonzeros per layer and the output layer's per-group fan-in (class docstring).
+        """:meth:`layer_counts` at this run's params and density."""
+        return self.layer_counts(self.params, self.density, shapes)
+
+    @classmethod
+    def layer_counts(
+        cls, params: Params, density: float, shapes: Mapping[str, Sequence[int]]
+    ) -> tuple[dict[str, int], int]:
+        """Nonzeros per layer and the output layer's per-group fan-in (class docstring) at
+        overall ``density``.
 
         Args:
             shapes: layer name -> weight shape, in definition order; the last is the output
@@ -232,8 +264,8 @@ class HASTE(RigL):
             dense_first_layer.
         Raises: ValueError when the head's charge cannot be met exactly.
         """
-        p = self.params
-        dens = layer_densities(shapes, self.density, p.distribution, p.dense_first_layer)
+        p = params
+        dens = layer_densities(shapes, density, p.distribution, p.dense_first_layer)
         numel = {n: math.prod(s) for n, s in shapes.items()}
         counts = {n: numel[n] if d >= 1.0 else n_keep(numel[n], d) for n, d in dens.items()}
         out = next(reversed(shapes))
@@ -241,7 +273,7 @@ class HASTE(RigL):
         if counts[out] >= numel[out]:
             return counts, n_in
         rest = n_out - p.dense_head
-        fan_in = self.rest_fan_in(counts[out], n_out, n_in, p.dense_head)
+        fan_in = cls.rest_fan_in(counts[out], n_out, n_in, p.dense_head)
         new = p.dense_head * n_in + rest * fan_in
         delta, counts[out] = counts[out] - new, new
         if delta:
@@ -249,7 +281,7 @@ class HASTE(RigL):
             big = max(sparse, key=lambda n: numel[n]) if sparse else None
             if big is None or not 1 <= counts[big] + delta <= numel[big]:
                 raise ValueError(
-                    f"haste: at density {self.density:g} the output layer {out!r} holds "
+                    f"haste: at density {density:g} the output layer {out!r} holds "
                     f"{new} nonzeros (dense_head = {p.dense_head} rows of {n_in} + {rest} rows "
                     f"of fan-in {fan_in}) against its budget {new + delta}, and "
                     + (

@@ -9,6 +9,7 @@ from typing import Literal
 import torch
 
 from sparsebench.methods.pruning.base import MaskMethod
+from sparsebench.suite.pillars.classification.init import check_dense_start
 from sparsebench.suite.registry import register
 
 #: Fewest pruning steps (steps of the schedule that raise the sparsity) a GMP run may have.
@@ -88,6 +89,9 @@ class GMP(MaskMethod):
                 )
             if not 0.0 <= self.initial_sparsity < 1.0:
                 raise ValueError(f"initial_sparsity must be in [0, 1), got {self.initial_sparsity}")
+            check_dense_start(
+                self.init, "GMP trains dense until its first pruning step, after fit start"
+            )
 
     @staticmethod
     def schedule(params: Params, total_steps: int) -> tuple[int, int, int, int]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sparsebench.methods.pruning.base import MaskMethod
+from sparsebench.suite.pillars.classification.init import check_dense_start
 from sparsebench.suite.registry import register
 
 
@@ -40,6 +41,9 @@ class MagnitudeOneShot(MaskMethod):
         def validate(self) -> None:
             if not 0.0 < self.dense_fraction < 1.0:
                 raise ValueError(f"dense_fraction must be in (0, 1), got {self.dense_fraction}")
+            check_dense_start(
+                self.init, "magnitude_oneshot trains dense until it prunes, after fit start"
+            )
 
     @property
     def prune_epoch(self) -> int:

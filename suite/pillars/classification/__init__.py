@@ -86,6 +86,7 @@ class ClassificationPillar(Pillar):
         _check_registries(data, src)
         for method in data["methods"]:
             settings(spec, method)  # builds every Params: names and types checked here
+        _check_shared_keys(data, src)
         methods = registry.all_methods(FAMILIES)
         if any(methods[m].sparse for m in data["methods"]) and not data["sparsities"]:
             raise SpecError(f"{src}: {KEY}.sparsities: sparse methods need at least one sparsity")
@@ -226,6 +227,27 @@ def task_methods(data: dict[str, Any], task_name: str) -> list[str]:
     return [m for m in data["methods"] if only is None or m in only]
 
 
+def _check_shared_keys(data: dict[str, Any], source: str) -> None:
+    """A section-level :data:`SHARED_KEYS` value must fill some method's parameter: one that
+    applies to none (e.g. ``init`` on a dense-only board) would be silently ignored."""
+    for key in SHARED_KEYS:
+        value = data.get(key)
+        if value is None:
+            continue
+        takers = [
+            m
+            for m in data["methods"]
+            if key
+            in {f.name for f in dataclasses.fields(registry.get_method(m, FAMILIES).cls.Params)}
+        ]
+        if not takers:
+            raise SpecError(
+                f"{source}: {KEY}.{key}: {value!r} applies to none of the section's methods "
+                f"({', '.join(data['methods'])}: none takes {key!r}); remove it or "
+                "add a sparse method"
+            )
+
+
 def _check_execution(data: dict[str, Any], source: str) -> None:
     """The ``execution`` backend must run on this machine (its reason otherwise)."""
     import torch
@@ -277,8 +299,13 @@ def _preflight(spec: Spec) -> None:
                         cls.check_budget(setting.params, total_steps)
                     cls.check_model(setting.params, layers)
                     if registry.get_method(method, FAMILIES).sparse:
+                        # methods whose reach depends on the model get its layers too
+                        by_layers = "layers" in inspect.signature(cls.check_sparsity).parameters
                         for sparsity in data["sparsities"]:
-                            cls.check_sparsity(setting.params, sparsity)
+                            if by_layers:
+                                cls.check_sparsity(setting.params, sparsity, layers)
+                            else:
+                                cls.check_sparsity(setting.params, sparsity)
                 except ValueError as e:
                     raise SpecError(
                         f"{src}: {KEY}.methods.{method} (setting {setting.label}) on "

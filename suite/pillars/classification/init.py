@@ -62,3 +62,17 @@ def apply_init(store: MaskStore, rule: str, generator: torch.Generator) -> None:
             w.copy_(draw.to(device=w.device, dtype=w.dtype) * mask)
         else:
             w.mul_(mask / math.sqrt(max(store.density(name), 1.0 / w.numel())))
+
+
+def check_dense_start(init: str, why: str) -> None:
+    """Refuse an ``init`` other than ``default`` for a setting that has no masked layer at fit
+    start (``why`` says how it starts): the rule acts only then, so it would change nothing
+    while the record said it ran.
+
+    Raises: ValueError naming the value, why it is a no-op and what to set."""
+    if init != "default":
+        raise ValueError(
+            f"init = {init!r} changes nothing here: {why}, and the init rule acts once, on the "
+            "layers masked at fit start; set this method's own init: default (a section-level "
+            "init fills every method that does not set its own)"
+        )

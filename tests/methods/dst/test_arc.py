@@ -216,3 +216,22 @@ def test_too_short_runs_and_bad_params_are_refused():
         build_params("arc", {"rewire_fraction": 1.5})
     with pytest.raises(RegistryError, match="distribution"):
         build_params("arc", {"distribution": "global"})
+
+
+def test_a_setting_whose_convergence_test_cannot_fail_is_refused():
+    # IoU >= (1 - f) / (1 + f): 0.95 / 1.05 = 0.905 > 0.9, so every phase would end at once
+    with pytest.raises(RegistryError, match=r"rewire_fraction = 0.05 .*= 0.904762 > .*= 0.05263"):
+        build_params("arc", {"rewire_fraction": 0.05})
+    build_params("arc", {"rewire_fraction": 0.06})  # 0.94 / 1.06 = 0.887 < 0.9
+    # the default f = 0.1 at threshold 0.5: 0.9 / 1.1 = 0.818 > 0.5
+    with pytest.raises(RegistryError, match=r"convergence_threshold to at least 0.818182"):
+        build_params("arc", {"convergence_threshold": 0.5})
+    build_params("arc", {"convergence_threshold": 0.5, "rewire_fraction": 0.34})  # 0.4925
+
+
+def test_a_run_too_short_at_the_minimum_check_interval_says_to_train_longer():
+    # 40 steps: 2-step rewiring phases; check_interval (null -> 2) cannot go lower
+    with pytest.raises(ValueError, match=r"minimum of 2.*at least 3 steps: train longer"):
+        Arc.check_budget(Arc.Params(), 40)
+    with pytest.raises(ValueError, match=r"lower check_interval \(>= 2\) or train longer"):
+        Arc.check_budget(Arc.Params(check_interval=5), 100)

@@ -384,3 +384,23 @@ def test_params_validate():
         HASTE.Params(drop_fraction=1.5).validate()
     assert issubclass(HASTE, RigL)
     assert (HASTE.Params().group_size, HASTE.Params().dense_head) == (16, 4)
+
+
+def test_a_head_not_below_the_label_count_is_refused_naming_the_allowed_range():
+    out = {"0": nn.Linear(4, 8), "1": nn.Linear(8, 20)}  # 20 labels, group_size 3: head <= 16
+    for head in (20, 21):
+        with pytest.raises(ValueError, match=rf"dense_head = {head} is not below the 20 units"):
+            HASTE.check_model(HASTE.Params(dense_head=head, group_size=3), out)
+    with pytest.raises(ValueError, match=r"allowed: 0 <= dense_head <= 16"):
+        HASTE.check_model(HASTE.Params(dense_head=20, group_size=3), out)
+    HASTE.check_model(HASTE.Params(dense_head=16, group_size=3), out)
+
+
+def test_check_sparsity_with_the_layers_refuses_a_head_the_budget_cannot_pay():
+    layers = {n: nn.Linear(s[1], s[0]) for n, s in SHAPES.items()}
+    params = HASTE.Params(distribution="uniform", dense_head=11, group_size=1)
+    # 12 x 16 output layer at 95 % uniform: budget n_keep(192, 0.05) = 10 < one dense row (16)
+    with pytest.raises(ValueError, match=r"haste: at density 0.05.*dense_head = 11 rows"):
+        HASTE.check_sparsity(params, 0.95, layers)
+    HASTE.check_sparsity(params, 0.95)  # without the model there is no budget to check
+    HASTE.check_sparsity(HASTE.Params(distribution="uniform", group_size=1), 0.5, layers)

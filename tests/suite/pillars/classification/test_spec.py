@@ -109,3 +109,56 @@ def test_granet_target_denser_than_its_start_is_refused_at_validation(tmp_path):
         _load(tmp_path, data)
     data["sparsities"] = [0.9]
     assert _load(tmp_path, data)
+
+
+def test_an_init_that_a_dense_start_makes_a_no_op_is_refused(tmp_path):
+    # The init rule acts once, on the layers masked at fit start: AC/DC, GMP, one-shot
+    # magnitude pruning and GraNet from density 1.0 have none there.
+    data = _digits_cnn(copy.deepcopy(BASE))
+    data["tasks"] = {"mlp": data["tasks"]["mlp"]}
+    dense_starts = {
+        "acdc": {},
+        "arc_acdc": {},
+        "gmp": {"pruning_frequency": 5},
+        "magnitude_oneshot": {},
+        "granet": {"initial_density": 1.0},
+    }
+    for method, params in dense_starts.items():
+        data["methods"] = {method: {**params, "init": "swi"}}
+        with pytest.raises(SpecError, match=rf"methods.{method}: .*init = 'swi' changes nothing"):
+            _load(tmp_path, data)
+        data["methods"] = {method: params}  # the section's init fills it: refused too
+        data["init"] = "scaled"
+        with pytest.raises(SpecError, match=r"section's init: 'scaled'.*set this method's own"):
+            _load(tmp_path, data)
+        data["methods"] = {method: {**params, "init": "default"}, "static": {}}
+        assert _load(tmp_path, data)  # its own default wins; static takes the section's
+        del data["init"]
+    # a sparse start takes any init
+    data["methods"] = {"arc": {"init": "swi"}, "granet": {"init": "swi"}, "snip": {"init": "swi"}}
+    assert _load(tmp_path, data)
+
+
+def test_a_section_init_or_distribution_that_fills_no_method_is_refused(tmp_path):
+    data = _digits_cnn(copy.deepcopy(BASE))
+    data["methods"] = {"dense": {}}  # dense has no parameters
+    for key, value in (("init", "swi"), ("distribution", "uniform")):
+        data[key] = value
+        with pytest.raises(SpecError, match=rf"classification.{key}: '{value}' applies to none"):
+            _load(tmp_path, data)
+        del data[key]
+    data["init"] = "swi"
+    data["methods"]["static"] = {}
+    assert _load(tmp_path, data)
+
+
+def test_a_haste_head_the_output_budget_cannot_pay_is_refused_at_validation(tmp_path):
+    data = {"benchmark": "t", "sparsities": [0.98],
+            "tasks": {"skew": {"dataset": "skew300", "model": "lenet300_100",
+                               "recipe": {"epochs": 3, "batch_size": 64, "lr": 0.05}}},
+            "methods": {"haste": {"dense_head": 60}}}  # fmt: skip
+    # ERK at 98 %: fc3 (300 x 100) gets 544 nonzeros, fewer than 60 dense rows of 100
+    with pytest.raises(SpecError, match=r"methods.haste \(setting dense_head=60\).*fc3.*544"):
+        _load(tmp_path, data)
+    data["methods"]["haste"] = {}
+    assert _load(tmp_path, data)
