@@ -119,7 +119,7 @@ def test_an_init_that_a_dense_start_makes_a_no_op_is_refused(tmp_path):
     dense_starts = {
         "acdc": {},
         "arc_acdc": {},
-        "gmp": {"pruning_frequency": 5},
+        "gmp": {},
         "magnitude_oneshot": {},
         "granet": {"initial_density": 1.0},
     }
