@@ -13,7 +13,6 @@ import torch
 from sparsebench.methods.dst.acdc import AcDc, check_schedule_fractions
 from sparsebench.methods.dst.arc_acdc import mask_iou
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
 from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep, top_mask
 from sparsebench.suite.registry import register
 
@@ -216,7 +215,7 @@ class Arc(AcDc):
     def grow(self, store, grads: Mapping[str, torch.Tensor]) -> None:
         """Growth (step 1) of every sparse layer with a captured dense gradient, and its extra
         FLOPs: ``(f_D - f_S(d))`` per example of the batch."""
-        f_s = sparse_forward_flops(self.ctx.flops.dense_flops, store.densities())
+        extra = self.ctx.flops.dense_grad_extra(store.densities(), self._batch_size)
         counts: dict[str, int] = {}
         with self.timed_update(store):
             for name, mask in store.masks.items():
@@ -225,7 +224,7 @@ class Arc(AcDc):
                     counts[name] = int(new.sum()) - int(mask.sum())
                     store.set_mask(name, new)
         self.grown.append(counts)
-        self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * self._batch_size)
+        self.ctx.flops.add(extra)
 
     def check_convergence(self, store, step: int) -> bool:
         """Convergence check (step 3) at ``step`` of a rewiring phase: compress now and return

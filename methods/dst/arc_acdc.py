@@ -11,7 +11,6 @@ from typing import Literal
 import torch
 
 from sparsebench.methods.dst.acdc import AcDc
-from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
 from sparsebench.suite.pillars.classification.masks import top_mask
 from sparsebench.suite.registry import register
 
@@ -251,8 +250,7 @@ class ArcAcdc(AcDc):
                     w = store.weight(name).detach()
                     new = self.rewire_mask(w, mask, grads[name], self.params.rewire_fraction)
                     store.set_mask(name, new)
-        f_s = sparse_forward_flops(self.ctx.flops.dense_flops, store.densities())
-        self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * self._batch_size)
+        self.ctx.flops.add(self.ctx.flops.dense_grad_extra(store.densities(), self._batch_size))
 
     @staticmethod
     @torch.no_grad()

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import torch
 
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
 from sparsebench.suite.pillars.classification.init import check_dense_start
 from sparsebench.suite.pillars.classification.masks import (
     MaskStore,
@@ -262,8 +261,7 @@ class GraNet(Static):
         examples. Layers missing from ``grads`` are not regenerated."""
         regen = self.regenerates_at(step)
         if regen:  # this iteration's backward produced the dense weight gradient
-            f_s = sparse_forward_flops(self.ctx.flops.dense_flops, store.densities())
-            self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * batch_size)
+            self.ctx.flops.add(self.ctx.flops.dense_grad_extra(store.densities(), batch_size))
         with self.timed_update(store):
             self._prune_regenerate(store, step, grads, regen)
 

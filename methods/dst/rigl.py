@@ -9,7 +9,6 @@ from typing import Literal
 import torch
 
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
 from sparsebench.suite.pillars.classification.masks import top_mask
 from sparsebench.suite.registry import register
 
@@ -128,8 +127,7 @@ class RigL(Static):
         for p in pl_module.parameters():
             p.grad = None
         # Extra cost of the update iteration: the dense weight gradient, f_D instead of f_S.
-        f_s = sparse_forward_flops(self.ctx.flops.dense_flops, store.densities())
-        self.ctx.flops.add((self.ctx.flops.f_dense - f_s) * self._batch_size)
+        self.ctx.flops.add(self.ctx.flops.dense_grad_extra(store.densities(), self._batch_size))
 
     @staticmethod
     @torch.no_grad()

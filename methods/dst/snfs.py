@@ -10,7 +10,6 @@ from typing import Literal
 import torch
 
 from sparsebench.methods.dst.static import Static
-from sparsebench.suite.pillars.classification.flops import sparse_forward_flops
 from sparsebench.suite.pillars.classification.masks import top_mask
 from sparsebench.suite.registry import register
 
@@ -160,8 +159,7 @@ class SNFS(Static):
         store = pl_module.masks
         store.capture_dense_grads = True  # the momentum needs the dense gradient every step
         self._capturing = True
-        f_s = sparse_forward_flops(self.ctx.flops.dense_flops, store.densities())
-        self._batch_extra = (self.ctx.flops.f_dense - f_s) * int(batch[0].shape[0])
+        self._batch_extra = self.ctx.flops.dense_grad_extra(store.densities(), len(batch[0]))
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         """After the backward pass: fold this batch's dense gradient into the momentum."""

@@ -80,3 +80,9 @@ class TrainFlopsCounter:
     def add(self, flops: float) -> None:
         """A method's extra cost (e.g. a dense backward pass for RigL's regrowth)."""
         self.total += float(flops)
+
+    def dense_grad_extra(self, densities: Mapping[str, float], batch_size: int) -> float:
+        """What a step's dense weight gradient costs beyond the sparse one, at the given layer
+        densities: ``(f_D - f_S) x batch_size`` (Evci et al. 2020, Appendix H: an update
+        iteration's backward pass computes the dense weight gradient)."""
+        return (self.f_dense - sparse_forward_flops(self.dense_flops, densities)) * batch_size

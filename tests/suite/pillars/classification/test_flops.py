@@ -25,3 +25,10 @@ def test_train_flops_are_three_forward_passes_per_example():
     assert c.dense_total == pytest.approx(3 * 150 * 4)
     c.add(7)
     assert c.total == pytest.approx(3 * 60 * 4 + 7)
+
+
+def test_dense_grad_extra_is_the_dense_minus_the_sparse_forward_per_example():
+    counter = TrainFlopsCounter({"a": 100, "b": 50})
+    # f_D = 150, f_S = 0.1 x 100 + 1.0 x 50 = 60: 90 FLOPs per example, 4 examples.
+    assert counter.dense_grad_extra({"a": 0.1, "b": 1.0}, 4) == 360.0
+    assert counter.total == 0.0  # a value, not an addition
