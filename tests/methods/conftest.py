@@ -43,46 +43,51 @@ def make_ctx(model, total_steps=100, steps_per_epoch=10, data=None, seed=0, inpu
     )
 
 
-@pytest.fixture
-def tiny_fit():
-    """fit(method, sparsity, params=None, epochs=4, extra_callbacks=(), execution="dense_mask")
-    -> (module, method)."""
-
-    def fit(
-        method: str,
-        sparsity: float,
-        params: dict | None = None,
-        epochs: int = 4,
-        extra_callbacks=(),
-        execution: str = "dense_mask",
-    ):
-        pl.seed_everything(0, verbose=False)
+def run_tiny_fit(
+    method: str,
+    sparsity: float,
+    params: dict | None = None,
+    epochs: int = 4,
+    extra_callbacks=(),
+    execution: str = "dense_mask",
+    data: TensorDataset | None = None,
+):
+    """A real Lightning fit of ``method`` on an MLP 12-32-16-C, C the classes of ``data``
+    (default: 160 synthetic examples of 3 classes), with the job's callbacks -> (module,
+    method)."""
+    pl.seed_everything(0, verbose=False)
+    if data is None:
         g = torch.Generator().manual_seed(0)
         x = torch.randn(160, 12, generator=g)
         y = (x[:, :3].sum(1) > 0).long() + (x[:, 3] > 1).long()
         data = TensorDataset(x, y)
-        model = nn.Sequential(
-            nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 3)
-        )
-        loader = DataLoader(
-            data, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0)
-        )
-        total = len(loader) * epochs
-        ctx = make_ctx(model, total, len(loader), data)
-        info = registry.get_method(method, FAMILIES)
-        m = info.cls(registry.build_params(method, params or {}, families=FAMILIES), sparsity, ctx)
-        module = ClassificationModule(model, 3, RECIPE, total)
-        use_backend(module.model, module.masks, execution)
-        trainer = quiet_trainer(
-            max_epochs=epochs,
-            accelerator="cpu",
-            num_sanity_val_steps=0,
-            callbacks=[*run_callbacks(m, ctx, (12,))[0], *extra_callbacks],
-        )
-        trainer.fit(module, loader)
-        return module, m
+    n_classes = int(data.tensors[1].max()) + 1
+    model = nn.Sequential(
+        nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, n_classes)
+    )
+    loader = DataLoader(
+        data, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
+    total = len(loader) * epochs
+    ctx = make_ctx(model, total, len(loader), data)
+    info = registry.get_method(method, FAMILIES)
+    m = info.cls(registry.build_params(method, params or {}, families=FAMILIES), sparsity, ctx)
+    module = ClassificationModule(model, n_classes, RECIPE, total)
+    use_backend(module.model, module.masks, execution)
+    trainer = quiet_trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+        callbacks=[*run_callbacks(m, ctx, (12,))[0], *extra_callbacks],
+    )
+    trainer.fit(module, loader)
+    return module, m
 
-    return fit
+
+@pytest.fixture
+def tiny_fit():
+    """:func:`run_tiny_fit` on the default 3-class data."""
+    return run_tiny_fit
 
 
 class MaskWatcher(pl.Callback):

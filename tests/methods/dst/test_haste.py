@@ -4,18 +4,13 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from sparsebench.methods.dst.haste import HASTE, HEAD
 from sparsebench.methods.dst.rigl import RigL
-from sparsebench.suite import registry
-from sparsebench.suite.lightning import quiet_trainer
 from sparsebench.suite.models import build_model
-from sparsebench.suite.pillars.classification.execution import use_backend
-from sparsebench.suite.pillars.classification.lit import ClassificationModule, FlopsCallback
 from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep
-from tests.methods.conftest import RECIPE, MaskWatcher, make_ctx
-from tests.methods.mask_methods import FAMILIES
+from tests.methods.conftest import MaskWatcher, run_tiny_fit
 
 OUT = "4"  # the fit model's output layer: Linear(16, 12)
 SHAPES = {"0": (32, 12), "2": (16, 32), "4": (12, 16)}
@@ -43,30 +38,9 @@ def _fit_data() -> TensorDataset:
 
 
 def _fit(sparsity, params, epochs=4, extra_callbacks=(), execution="dense_mask"):
-    """A real Lightning fit of HASTE on a 12-class MLP 12-32-16-12 (the shared tiny_fit has a
-    3-way head, too small for label groups plus a dense head)."""
-    pl.seed_everything(0, verbose=False)
-    data = _fit_data()
-    model = nn.Sequential(
-        nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 12)
-    )
-    loader = DataLoader(
-        data, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0)
-    )
-    total = len(loader) * epochs
-    ctx = make_ctx(model, total, len(loader), data)
-    info = registry.get_method("haste", FAMILIES)
-    m = info.cls(registry.build_params("haste", params, families=FAMILIES), sparsity, ctx)
-    module = ClassificationModule(model, 12, RECIPE, total)
-    use_backend(module.model, module.masks, execution)
-    trainer = quiet_trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        num_sanity_val_steps=0,
-        callbacks=[m, FlopsCallback(ctx.flops), *extra_callbacks],
-    )
-    trainer.fit(module, loader)
-    return module, m
+    """A real fit of HASTE on a 12-class MLP 12-32-16-12 (the default tiny fit has a 3-way
+    head, too small for label groups plus a dense head)."""
+    return run_tiny_fit("haste", sparsity, params, epochs, extra_callbacks, execution, _fit_data())
 
 
 def _assert_groups(mask: torch.Tensor, groups: list[list[int]], head: list[int], fan_in: int):
