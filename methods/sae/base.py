@@ -132,6 +132,10 @@ class SparseAutoencoder(nn.Module, Method):
     def forward(self, x: torch.Tensor, state: TrainState | None = None) -> SAEOutput:
         raise NotImplementedError
 
+    def finish_training(self, x: torch.Tensor) -> None:
+        """Called once when training ends, on the (scaled) training tokens; default nothing
+        (BatchTopK fixes its inference threshold here)."""
+
     @torch.no_grad()
     def normalize_decoder(self) -> None:
         """Rows of W_dec to unit norm (after an optimiser step)."""

@@ -23,6 +23,21 @@ def batch_topk(pre: torch.Tensor, k: int) -> torch.Tensor:
     return out.reshape(acts.shape)
 
 
+THRESHOLD_RULES = ("calibrated", "ema")
+
+
+def calibrated_threshold(pre: torch.Tensor, k: int) -> float:
+    """θ with exactly k · n entries of the (n, m) pre-activations above it (when no ties sit at
+    the cut): halfway between the (k·n)-th and (k·n + 1)-th largest positive entry; 0 when
+    fewer than k·n entries are positive (then every positive entry passes)."""
+    flat = torch.relu(pre).reshape(-1)
+    n_keep = k * pre.shape[0]
+    if n_keep >= int((flat > 0).sum()):
+        return 0.0
+    top = torch.topk(flat, n_keep + 1, sorted=True).values
+    return float((top[-2] + top[-1]) / 2)
+
+
 @register("batchtopk", family="sae")
 class BatchTopK(TopK):
     """Training: z = BatchTopK_k(ReLU((x − b_dec) W_enc + b_enc)), the k·n largest activations
@@ -30,9 +45,16 @@ class BatchTopK(TopK):
     threshold θ, so that a token's encoding does not depend on its batch. Loss ‖x − x̂‖² +
     α · AuxK (as TopK's).
 
-    θ: an exponential moving average (decay ``threshold_decay`` = 0.99, as the authors' code)
-    of each training batch's smallest positive kept activation, fixed when training ends
-    (``threshold`` buffer; used whenever the module is in eval mode).
+    θ (``threshold`` buffer; used whenever the module is in eval mode), by ``threshold_rule``:
+
+    * ``calibrated`` (default, ours): when training ends, θ is set on the training tokens so
+      that the inference L0 there is k: halfway between the (k·n)-th and (k·n + 1)-th largest
+      positive pre-activation of the n training tokens. The authors' moving average lags the
+      cutoff, which falls while the SAE trains, so at our 10³ steps its inference L0 was
+      0.80–0.98 · k, and architectures compared at "matched k" were not at matched L0.
+    * ``ema``: the authors' code, an exponential moving average (decay ``threshold_decay`` =
+      0.99) of each training batch's smallest positive kept activation, fixed when training
+      ends.
 
     Defaults (the authors' code): k = 32, α = 1/32, Adam lr 3e-4 with β = (0.9, 0.99), unit-norm
     decoder rows with the parallel gradient removed. Ours: k_aux near d/2 (Gao et al.'s rule;
@@ -50,6 +72,7 @@ class BatchTopK(TopK):
         k_aux: int | None = None
         lr: float = 3e-4
         threshold_decay: float = 0.99
+        threshold_rule: str = "calibrated"  # or "ema" (the authors')
 
         def validate(self) -> None:
             if self.k < 1:
@@ -58,6 +81,11 @@ class BatchTopK(TopK):
                 raise ValueError("lr must be > 0 and aux_coeff >= 0")
             if not 0.0 <= self.threshold_decay < 1.0:
                 raise ValueError(f"threshold_decay must be in [0, 1), got {self.threshold_decay}")
+            if self.threshold_rule not in THRESHOLD_RULES:
+                raise ValueError(
+                    f"threshold_rule must be one of {', '.join(THRESHOLD_RULES)}, "
+                    f"got {self.threshold_rule!r}"
+                )
 
     adam_betas = (0.9, 0.99)
 
@@ -69,6 +97,12 @@ class BatchTopK(TopK):
         if self.training or torch.isnan(self.threshold):
             return batch_topk(pre, self.params.k)
         return torch.where(pre > self.threshold, torch.relu(pre), torch.zeros_like(pre))
+
+    @torch.no_grad()
+    def finish_training(self, x: torch.Tensor) -> None:
+        """Fix θ on the training tokens x (``calibrated``); the EMA keeps its last value."""
+        if self.params.threshold_rule == "calibrated":
+            self.threshold.fill_(calibrated_threshold(self.pre_acts(x), self.params.k))
 
     @torch.no_grad()
     def observe(self, z: torch.Tensor) -> None:

@@ -151,8 +151,10 @@ def train_sae(
     sae.train()
     t0 = time.perf_counter()
     trainer.fit(module, loader)
-    train_s = time.perf_counter() - t0
     sae.eval()
+    with torch.no_grad():
+        sae.finish_training(x)
+    train_s = time.perf_counter() - t0
     return TrainResult(
         sae,
         train_s,

@@ -38,6 +38,7 @@ class SAEPillar(Pillar):
         Metric("fvu", "fraction", False, "fraction of variance unexplained on held-out tokens"),
         Metric("explained_variance", "fraction", True, "1 − FVU (about the mean)"),
         Metric("l0", "", False, "nonzero latents per token"),
+        Metric("l0_train", "", False, "inference L0 on the training tokens"),
         Metric("dead_fraction", "fraction", False, "latents silent over the dead window"),
         Metric("loss_recovered", "fraction", True, "x̂ spliced in: CE recovered vs zero-ablation"),
         Metric("kl_recovered", "fraction", True, "x̂ spliced in: (KL_zero − KL_SAE)/KL_zero"),

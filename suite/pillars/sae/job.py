@@ -113,6 +113,14 @@ def probe_split(acts: Activations) -> torch.Tensor:
     return torch.isin(groups, perm[: n_groups // 2])
 
 
+def train_l0(sae, x: torch.Tensor, batch: int = 4096) -> float:
+    """Inference L0 (eval mode) on the training tokens x: where a threshold was fixed on them
+    (BatchTopK), the check that the SAE really runs at its nominal k."""
+    with torch.no_grad():
+        active = sum(float((sae.encode(c) != 0).sum()) for c in x.split(batch))
+    return active / max(1, x.shape[0])
+
+
 def run_sae(info, params, acts: Activations, width: int, train: Mapping[str, Any], seed: int):
     """Train architecture ``info`` with ``params`` at ``width`` on ``acts``; the record's
     metric columns."""
@@ -131,6 +139,7 @@ def run_sae(info, params, acts: Activations, width: int, train: Mapping[str, Any
     out = evaluate(res.sae, acts)
     out.update(
         d_in=d,
+        l0_train=train_l0(res.sae, acts.train),
         dead_fraction=res.dead_fraction,
         train_tokens=res.tokens,
         train_flops=res.train_flops,

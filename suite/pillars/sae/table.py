@@ -17,6 +17,7 @@ COLUMNS: dict[str, type] = {
     "explained_variance": float,  # 1 − E‖x − x̂‖² / E‖x − E[x]‖²
     "fvu": float,  # 1 − explained_variance
     "l0": float,  # nonzero latents per token (negative ones count)
+    "l0_train": float,  # inference L0 on the training tokens (BatchTopK's θ is set there)
     "dead_fraction": float,  # latents silent over the last dead_window training tokens
     "dense_fraction_1pct": float,  # latents firing on > 1 % of held-out tokens
     "dense_fraction_10pct": float,  # ... on > 10 %
@@ -50,6 +51,7 @@ class SAESchema(CommonSchema):
     width: int = pa.Field(ge=1)
     fvu: float = pa.Field(nullable=True)
     l0: float = pa.Field(ge=0.0, nullable=True)
+    l0_train: float = pa.Field(ge=0.0, nullable=True)
     dead_fraction: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     loss_recovered: float = pa.Field(nullable=True)  # < 0 when worse than zero-ablation
     kl_recovered: float = pa.Field(nullable=True)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sparsebench.methods.sae.base import TrainState
-from sparsebench.methods.sae.batchtopk import BatchTopK, batch_topk
+from sparsebench.methods.sae.batchtopk import BatchTopK, batch_topk, calibrated_threshold
 from sparsebench.methods.sae.gated import Gated
 from sparsebench.methods.sae.jumprelu import JumpReLU, JumpReLUFn, StepFn
 from sparsebench.methods.sae.matryoshka_batchtopk import MatryoshkaBatchTopK, prefix_sizes
@@ -39,7 +39,7 @@ def test_batchtopk_keeps_k_per_token_on_average_and_thresholds_at_inference():
     assert (z != 0).sum().item() == 4
     assert (z[0] != 0).tolist() == [True, True, False, False]
     assert (z[1] != 0).tolist() == [False, False, True, True]
-    sae = BatchTopK(D, M, BatchTopK.Params(k=4, threshold_decay=0.0))
+    sae = BatchTopK(D, M, BatchTopK.Params(k=4, threshold_decay=0.0, threshold_rule="ema"))
     with torch.no_grad():
         sae.b_enc.fill_(1.0)
         sae.train()
@@ -51,6 +51,16 @@ def test_batchtopk_keeps_k_per_token_on_average_and_thresholds_at_inference():
         pre = sae.pre_acts(_x(seed=1))
         z_inf = sae.encode(_x(seed=1))
     assert torch.equal(z_inf != 0, pre > theta)  # one global threshold, batch-independent
+
+
+def test_calibrated_threshold_keeps_k_per_token_on_the_given_tokens():
+    pre = torch.tensor([[5.0, 4.0, 0.1, 0.2], [0.3, 0.4, 0.5, 0.6]])
+    # k = 2 on 2 tokens: the 4 largest are 5, 4, 0.6, 0.5; the next is 0.4 -> halfway 0.45
+    assert calibrated_threshold(pre, 2) == pytest.approx(0.45)
+    assert calibrated_threshold(pre, 1) == pytest.approx((4.0 + 0.6) / 2)
+    # k = 4 asks for all 8 entries, all positive: everything passes
+    assert calibrated_threshold(pre, 4) == 0.0
+    assert calibrated_threshold(-pre, 1) == 0.0  # nothing positive
 
 
 def test_auxk_decodes_the_dead_latents_without_the_decoder_bias():

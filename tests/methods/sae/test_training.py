@@ -92,6 +92,23 @@ def test_training_is_deterministic_per_seed(data):
         assert torch.equal(a.encode(x), b.encode(x))  # same seed, same SAE bit for bit
 
 
+@pytest.mark.parametrize("name", ["batchtopk", "matryoshka_batchtopk"])
+def test_batchtopk_runs_at_k_on_its_training_tokens(name, data):
+    """The calibrated inference threshold gives L0 = k on the training tokens (within 1 %);
+    the authors' moving average lags a falling cutoff, so after a short run its L0 is below k."""
+    from sparsebench.suite.pillars.sae.job import train_l0
+
+    x, _ = data
+    info = registry.all_methods(("sae",))[name]
+    cfg = TrainConfig(steps=60, batch_size=256, dead_window=10_000)
+    l0 = {}
+    for rule in ("calibrated", "ema"):
+        sae = info.cls(CFG.d, 32, info.params_cls(k=4, threshold_rule=rule), seed=0)
+        l0[rule] = train_l0(train_sae(sae, x, cfg, seed=0).sae, x)
+    assert l0["calibrated"] == pytest.approx(4.0, rel=0.01)
+    assert l0["ema"] < 0.99 * 4.0
+
+
 def test_the_shared_lr_overrides_the_published_one_unless_none():
     from sparsebench.methods.sae.training import SAEModule
 
