@@ -6,12 +6,12 @@ plots SAEBench readers look at)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import polars as pl
 
 from sparsebench.suite.boards import failed_lines, fmt, md_table, write_board_files
+from sparsebench.suite.interpolate import value_at
 
 KEYS = ("activations", "hookpoint", "width", "method", "setting")
 MEANS = (
@@ -50,7 +50,8 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
 
 def matched_l0(board: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
     """Per (source, width, method) and target L0: FVU, loss recovered, dead fraction and MCC
-    interpolated between the two settings whose mean L0 bracket the target (linear in log L0);
+    interpolated between the two settings whose mean L0 bracket the target (linear in log L0 and
+    in log metric where positive);
     null when the sweep does not reach the target (no extrapolation)."""
     rows = []
     if board.is_empty():
@@ -76,14 +77,13 @@ def matched_l0(board: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
 
 
 def _interp(xs: list[float], ys: list, t: float) -> float | None:
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-        if x0 <= t <= x1 and y0 is not None and y1 is not None:
-            if x1 == x0:
-                return float(y0)
-            w = (math.log(t) - math.log(x0)) / (math.log(x1) - math.log(x0))
-            return float(y0 + w * (y1 - y0))
-    if xs and len(xs) == 1 and abs(xs[0] - t) / t < 0.05 and ys[0] is not None:
-        return float(ys[0])  # a single setting within 5 % of the target
+    """The shared rule (log L0, log metric where positive; suite/interpolate.py), or a single
+    setting within 5 % of the target."""
+    got = value_at(xs, ys, t)
+    if got is not None:
+        return got.value
+    if len(xs) == 1 and abs(xs[0] - t) / t < 0.05 and ys[0] is not None:
+        return float(ys[0])
     return None
 
 
@@ -108,7 +108,8 @@ def markdown(board: pl.DataFrame, matched: pl.DataFrame, runs: pl.DataFrame) -> 
             m = matched.filter((pl.col("activations") == source) & (pl.col("width") == width))
             if m.height:
                 lines += [
-                    "At matched L0 (interpolated in log L0; empty: the sweep does not reach it):",
+                    "At matched L0 (interpolated in log L0 and log metric; empty: the sweep "
+                    "does not reach it):",
                     "",
                 ]
                 for metric, name in MATCHED_NAMES.items():

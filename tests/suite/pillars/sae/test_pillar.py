@@ -151,16 +151,18 @@ def test_board_compares_fvu_dead_fraction_and_mcc_at_matched_l0(tmp_path):
     md = files["md"].read_text()
     for header in ("FVU @ L0=8", "rank @ L0=8", "dead fraction @ L0=8", "MCC @ L0=8"):
         assert header in md
-    # topk at L0 = 8: halfway in log L0 between k=4 and k=16
-    assert "| topk | 0.3 | 1 |" in md and "| topk | 0.2 |" in md and "| topk | 0.6 |" in md
+    # topk at L0 = 8: halfway in log L0 between k=4 and k=16, in log metric: the geometric
+    # means sqrt(0.4 · 0.2), sqrt(0.1 · 0.3), sqrt(0.5 · 0.7)
+    assert "| topk | 0.283 | 1 |" in md and "| topk | 0.173 |" in md
+    assert "| topk | 0.592 |" in md
     data = json.loads(files["json"].read_text())
     matched = {r["method"]: r for r in data["matched_l0"]}
     assert matched["relu_l1"]["dead_fraction"] == pytest.approx(0.2)
-    assert matched["topk"]["mcc"] == pytest.approx(0.6) and len(data["leaderboard"]) == 4
+    assert matched["topk"]["mcc"] == pytest.approx(0.35**0.5) and len(data["leaderboard"]) == 4
 
 
 def test_matched_l0_interpolates_in_log_l0_and_never_extrapolates():
-    assert _interp([4.0, 16.0], [0.4, 0.2], 8.0) == pytest.approx(0.3)
+    assert _interp([4.0, 16.0], [0.4, 0.2], 8.0) == pytest.approx(0.08**0.5)
     assert _interp([4.0, 16.0], [0.4, 0.2], 32.0) is None
     runs = pl.DataFrame(
         {
@@ -179,4 +181,4 @@ def test_matched_l0_interpolates_in_log_l0_and_never_extrapolates():
     assert board.filter(pl.col("rank") == 1)["setting"].to_list() == ["k=16"]
     m = matched_l0(board, targets=(8.0,))
     got = dict(zip(m["method"], m["fvu"]))
-    assert got["topk"] == pytest.approx(0.3) and got["relu_l1"] == pytest.approx(0.3)
+    assert got["topk"] == pytest.approx(0.08**0.5) and got["relu_l1"] == pytest.approx(0.3)
