@@ -20,6 +20,15 @@ How a test is judged (``level`` is the two-sided interval level, default 0.95; s
   every value against the first (so that small steps cannot add up to a drift).
 * ``exponent``: the interval of the fitted slope of log metric on log ``along``.
 
+``at: {X: [x, ...]}`` (order, equal, ratio, value, ranking) reads the metric Y at X = x
+instead of at a cell: each selector then addresses a *sweep*, the cells it matches that differ
+only in their setting (``setting_id``, e.g. a k or λ grid). Per seed, that seed's points
+(X, Y) across the sweep give Y at X = x by :func:`sparsebench.suite.interpolate.value_at`
+(log x, log y where positive, never extrapolated); these per-seed values are the cell's values
+for the test's interval. A seed whose sweep does not bracket x is dropped (the reason says
+so); fewer than ``min_seeds`` left makes the claim inconclusive. Each x is judged on its own
+and the verdicts combine as a ranking's (holds iff every x holds, fails if any fails).
+
 A cell that is missing, has fewer than ``min_seeds`` finished seeds (default 2; 1 with
 ``stat: exact``), or has a failed, diverged or skipped row makes the claim inconclusive,
 naming the cell; a selector that matches several cells also does (narrow it with more
@@ -38,6 +47,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+
+from sparsebench.suite.interpolate import value_at
 
 from . import stats
 from .parse import Claim
@@ -58,6 +69,9 @@ class CellStat:
     mean: float | None = None
     std: float | None = None
     problem: str | None = None  # why it cannot be used (missing, failed, ambiguous, ...)
+    # with ``at``: the column and x, each seed's reading (its value and the settings that
+    # bracket x) and the seeds whose sweep does not reach x
+    at: dict[str, Any] | None = None
 
 
 @dataclass
@@ -154,6 +168,127 @@ def _cell(
     return stat
 
 
+def _sweep_key(rows: pl.DataFrame, row_key) -> tuple[pl.DataFrame, list[str]]:
+    """``rows`` with ``_sweep``: the cell id without its seed and setting parts, so that the
+    cells of one sweep (same everything but setting and seed) share it."""
+    key = [c for c in row_key if c not in ("seed", "setting_id") and c in rows.columns]
+    sids = rows["setting_id"].to_list() if "setting_id" in rows.columns else [None] * rows.height
+    ids = [
+        "/".join(p for p in _SEED_PART.sub("", c).split("/") if p != sid)
+        for c, sid in zip(rows["cell_id"].to_list(), sids, strict=True)
+    ]
+    return rows.with_columns(pl.Series("_sweep", ids)), key
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and isinstance(v, int | float) and math.isfinite(v)
+
+
+def _sweep_cell(
+    runs: pl.DataFrame | None,
+    filters: dict[str, Any],
+    metric: str,
+    row_key,
+    min_seeds: int,
+    column: str,
+    x: float,
+) -> CellStat:
+    """The per-seed values of ``metric`` at ``column`` = ``x`` over the one sweep that
+    ``filters`` address (its cells differ only in setting and seed); raises Inconclusive."""
+    stat = CellStat(selector=filters)
+    if runs is None:
+        raise Inconclusive("no runs table of this pillar in the results")
+    rows = _select(runs, filters)
+    if rows.height == 0:
+        raise Inconclusive(f"no cell matches {_describe(filters)}")
+    for c in (column, "seed"):
+        if c not in rows.columns:
+            raise Inconclusive(f"column {c!r} is not in this pillar's runs table")
+    rows, key = _sweep_key(rows, row_key)
+    groups = rows.select(["_sweep", *key]).unique(maintain_order=True)
+    if groups.height > 1:
+        some = "; ".join(groups["_sweep"].head(3).to_list())
+        raise Inconclusive(
+            f"{_describe(filters)} matches {groups.height} sweeps (e.g. {some}): with at, a "
+            "selector may span settings and seeds, nothing else; add filters (width, "
+            "activations, task, ...) so that it names one"
+        )
+    bad = rows.filter(pl.col("status") != "ok")
+    if bad.height:
+        raise Inconclusive(
+            f"{_describe(filters)}: {bad.height} row(s) of the sweep "
+            f"{', '.join(sorted(set(bad['status'])))} (e.g. {bad['cell_id'][0]}): a claim over "
+            "a failed cell is not judged"
+        )
+    for c in (column, metric):
+        missing = sum(not _finite(v) for v in rows[c].to_list())
+        if missing:
+            raise Inconclusive(
+                f"{_describe(filters)}: {c} is missing or not finite in {missing} finished "
+                "row(s) of the sweep"
+            )
+    setting = rows["setting"] if "setting" in rows.columns else rows["cell_id"]
+    rows = rows.with_columns(setting.alias("_setting"))
+    n_settings = rows["_setting"].n_unique()
+    label = _SEED_LABEL.sub("", rows["label"][0] if "label" in rows.columns else rows["_sweep"][0])
+    first = rows["_setting"][0]
+    for wrap in ("({})", "[{}]"):  # the setting as the pillars' labels show it
+        if wrap.format(first) in label:
+            label = label.replace(wrap.format(first), wrap.format(f"{n_settings} settings"), 1)
+            break
+    stat.label = f"{label} at {column}={x:g}"
+    readings, dropped = [], []
+    for seed in sorted(set(rows["seed"].to_list())):
+        pts = rows.filter(pl.col("seed") == seed).sort(column)
+        xs, ys = pts[column].cast(pl.Float64).to_list(), pts[metric].cast(pl.Float64).to_list()
+        names = pts["_setting"].to_list()
+        got = value_at(xs, ys, x)
+        if got is None:
+            dropped.append({"seed": seed, "range": [min(xs), max(xs)]})
+            continue
+        low, high = xs.index(got.x_low), xs.index(got.x_high)
+        readings.append({
+            "seed": seed, "value": got.value, "exact": got.exact,
+            "low": {"setting": names[low], column: xs[low], metric: ys[low]},
+            "high": {"setting": names[high], column: xs[high], metric: ys[high]},
+        })  # fmt: skip
+    stat.at = {"column": column, "value": x, "seeds": readings, "dropped": dropped}
+    values = [r["value"] for r in readings]
+    if len(values) < min_seeds:
+        why = "; ".join(
+            f"seed {d['seed']}'s sweep spans {column} {_fmt(d['range'][0])}–{_fmt(d['range'][1])}"
+            for d in dropped
+        )
+        raise Inconclusive(
+            f"{stat.label}: {len(values)} seed(s) bracket {column} = {x:g}, the test needs "
+            f"{min_seeds}" + (f" ({why}; never extrapolated)" if why else "")
+        )
+    stat.values, stat.n = values, len(values)
+    stat.mean = sum(values) / len(values)
+    if len(values) > 1:
+        m = stat.mean
+        stat.std = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+    return stat
+
+
+def _brackets(c: CellStat) -> str:
+    """How a cell's value at x was read: the bracketing settings (with how many seeds each)
+    and the seeds dropped, e.g. "k=4 … k=8 ×3; seed 2 dropped (l0 5.1–31)"."""
+    if c.at is None:
+        return ""
+    col, seen = c.at["column"], {}
+    for r in c.at["seeds"]:
+        lo, hi = r["low"]["setting"], r["high"]["setting"]
+        name = lo if r["exact"] else f"{lo} … {hi}"
+        seen[name] = seen.get(name, 0) + 1
+    parts = [f"{k} ×{n}" for k, n in seen.items()]
+    parts += [
+        f"seed {d['seed']} dropped ({col} {_fmt(d['range'][0])}–{_fmt(d['range'][1])})"
+        for d in c.at["dropped"]
+    ]
+    return "; ".join(parts)
+
+
 def _above(low: float, high: float, point: float, exact: bool, allow_tie: bool) -> str:
     """holds if the interval lies above ``point``, fails if below, else inconclusive."""
     if exact:
@@ -198,16 +333,26 @@ def _fmt(x: float | None) -> str:
 class _Ctx:
     """What the kind functions need: the test, its metric's table and cell lookup."""
 
-    def __init__(self, claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: dict):
+    def __init__(
+        self,
+        claim: Claim,
+        tables: dict[str, pl.DataFrame | None],
+        row_keys: dict,
+        at: tuple[str, float] | None = None,
+    ):
         self.claim, self.t = claim, claim.test
         self.level, self.exact = self.t["level"], self.t["stat"] == "exact"
         self.runs = tables.get(self.t["pillar"])
         self.key = row_keys.get(self.t["pillar"], ())
+        self.at = at  # (column, x): cells are sweeps read at column = x
         self.cells: list[CellStat] = []
 
     def cell(self, filters: dict[str, Any]) -> CellStat:
-        t = self.t
-        c = _cell(self.runs, {**t["where"], **filters}, t["metric"], self.key, t["min_seeds"])
+        t, sel = self.t, {**self.t["where"], **filters}
+        if self.at is None:
+            c = _cell(self.runs, sel, t["metric"], self.key, t["min_seeds"])
+        else:
+            c = _sweep_cell(self.runs, sel, t["metric"], self.key, t["min_seeds"], *self.at)
         self.cells.append(c)
         if self.exact and len(set(c.values)) > 1:
             raise Inconclusive(
@@ -357,18 +502,68 @@ _KINDS = {
 }
 
 
+def _judge_one(x: _Ctx) -> Verdict:
+    try:
+        return _KINDS[x.claim.test["kind"]](x)
+    except Inconclusive as e:
+        return Verdict(x.claim, "inconclusive", str(e), cells=x.cells)
+    except Exception as e:  # one broken claim must not cost the others their verdicts
+        why = f"could not be judged ({type(e).__name__}: {e})"
+        return Verdict(x.claim, "inconclusive", why, cells=x.cells)
+
+
+def _judge_at(claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: dict) -> Verdict:
+    """Every x of ``at`` judged on its own, combined as a ranking; one entry of ``pairs`` per
+    x with its verdict, interval and each cell's mean and bracketing settings."""
+    [(column, xs)] = claim.test["at"].items()
+    parts = [(v, _judge_one(_Ctx(claim, tables, row_keys, (column, v)))) for v in xs]
+    pairs = [
+        {
+            "at": v,
+            "column": column,
+            "verdict": p.verdict,
+            "estimate": p.estimate,
+            "low": p.low,
+            "high": p.high,
+            "reason": p.reason,
+            "cells": [
+                {
+                    "label": c.label,
+                    "mean": c.mean,
+                    "n": c.n,
+                    "values": c.values,
+                    "brackets": _brackets(c),
+                    **(c.at or {}),
+                }
+                for c in p.cells
+            ],
+            **({"pairs": p.pairs} if p.pairs else {}),
+        }
+        for v, p in parts
+    ]
+
+    def one(v: float, p: Verdict) -> str:
+        how = "; ".join(f"{c.label}: {_fmt(c.mean)} from {_brackets(c)}" for c in p.cells if c.n)
+        return f"at {column} = {v:g}: {p.verdict}: {p.reason}" + (f" [{how}]" if how else "")
+
+    reason = " | ".join(one(v, p) for v, p in parts)
+    verdict = _combine([p.verdict for _, p in parts])
+    cells = [c for _, p in parts for c in p.cells]
+    single = parts[0][1] if len(parts) == 1 else None
+    est, lo, hi = (single.estimate, single.low, single.high) if single else (None, None, None)
+    return Verdict(claim, verdict, reason, est, lo, hi, cells, pairs)
+
+
 def judge(claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: dict) -> Verdict:
     """Judge one claim against the runs tables (pillar name -> table, None if absent) with
     the pillars' row keys (pillar name -> columns that, with the cell id, identify a row)."""
-    x = _Ctx(claim, tables, row_keys)
-    try:
-        return _KINDS[claim.test["kind"]](x)
-    except Inconclusive as e:
-        return Verdict(claim, "inconclusive", str(e), cells=x.cells)
-    except Exception as e:  # one broken claim must not cost the others their verdicts
-        return Verdict(
-            claim, "inconclusive", f"could not be judged ({type(e).__name__}: {e})", cells=x.cells
-        )
+    if "at" in claim.test:
+        try:
+            return _judge_at(claim, tables, row_keys)
+        except Exception as e:  # one broken claim must not cost the others their verdicts
+            why = f"could not be judged ({type(e).__name__}: {e})"
+            return Verdict(claim, "inconclusive", why)
+    return _judge_one(_Ctx(claim, tables, row_keys))
 
 
 def load_tables(bench_dir, pillars: set[str]) -> dict[str, pl.DataFrame | None]:

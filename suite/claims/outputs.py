@@ -7,7 +7,8 @@ LaTeX macro names are letters only (TeX control words cannot hold digits or dash
 claim id in CamelCase with digits spelled out, prefixed ``\\claim``, suffixed with the field:
 ``rigl-set-static-90`` -> ``\\claimRiglSetStaticNineZeroVerdict``, ``...Estimate``, ``...Low``,
 ``...High``, and ``...MeanA``, ``...MeanB``, ... for the addressed cells in order (their seed
-means; fractions as percent, like the leaderboards). ``\\claimsHold``, ``\\claimsFail``,
+means; fractions as percent, like the leaderboards; with ``at``, the cells of the first x,
+then of the next, ...). ``\\claimsHold``, ``\\claimsFail``,
 ``\\claimsInconclusive`` count the verdicts.
 """
 
@@ -101,6 +102,7 @@ def to_json(verdicts: list[Verdict]) -> dict[str, Any]:
                         "mean": s.mean,
                         "std": s.std,
                         "values": s.values,
+                        **({"at": s.at} if s.at is not None else {}),
                     }  # fmt: skip
                     for s in v.cells
                 ],

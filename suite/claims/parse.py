@@ -33,11 +33,11 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "exponent": ("a", "along", "op", "bound"),
 }
 _MAY: dict[str, tuple[str, ...]] = {
-    "order": ("margin",),
-    "equal": (),
-    "ratio": (),
-    "value": ("op", "bound", "within"),
-    "ranking": ("margin",),
+    "order": ("margin", "at"),
+    "equal": ("at",),
+    "ratio": ("at",),
+    "value": ("op", "bound", "within", "at"),
+    "ranking": ("margin", "at"),
     "trend": ("margin", "tol"),
     "exponent": (),
 }
@@ -60,7 +60,8 @@ class Claim:
         ours: our scaled setting in words; ``why``: why it tests the direction.
         test: the merged test mapping (defaults filled in): kind, pillar, metric, where,
             a/b/order selectors, op, margin, tol, threshold, bound, within, along,
-            direction, stat, level, min_seeds.
+            direction, stat, level, min_seeds, and ``at`` ({column: [x, ...]}: the metric
+            read off each selector's sweep at column = x, see :mod:`.judge`).
         file: the claim file it came from.
     """
 
@@ -183,7 +184,40 @@ def _check_test(t: dict[str, Any], where: str) -> None:
             f"{where}: along: {t['along']!r} is not a numeric column; {_a(kind)} {kind} runs along "
             "one (e.g. target_sparsity, n_atoms, sparsity)"
         )
+    if "at" in t:
+        _check_at(t, columns, used, where)
     _check_names(pillar, selectors, where)
+
+
+def _check_at(t: dict[str, Any], columns: dict[str, type], used: list[str], where: str) -> None:
+    """``at: {column: x or [x, ...]}``: one numeric column of the pillar (not the metric, not
+    a filter), each x > 0 (the interpolation is in log x), no x twice; normalised in place to
+    ``{column: [float, ...]}``."""
+    [(col, raw)] = t["at"].items()  # the schema allows exactly one column
+    numeric = sorted(c for c, typ in columns.items() if typ in (int, float) and c != "seed")
+    if col not in numeric:  # seed: the sweep is read per seed, not across seeds
+        what = "an unknown column" if col not in columns else "not a numeric column"
+        raise ClaimError(
+            f"{where}: at: {col!r} is {what} of pillar {t['pillar']!r}; the metric is read at "
+            f"a value of a numeric column: {', '.join(numeric)}"
+        )
+    if col == t["metric"]:
+        raise ClaimError(f"{where}: at: {col!r} is the claim's metric; read it at another column")
+    if col in used:
+        raise ClaimError(
+            f"{where}: at: {col!r} is also a filter (where, a, b or order); the sweep is read "
+            f"at {col} = x, so {col} cannot also select rows"
+        )
+    values = raw if isinstance(raw, list) else [raw]
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+            raise ClaimError(
+                f"{where}: at: {col}: {v!r} is not allowed; give a number > 0 or a list of "
+                "them (the sweep is interpolated in log x)"
+            )
+    if len(set(values)) < len(values):
+        raise ClaimError(f"{where}: at: {col}: {values} repeats a value; list each once")
+    t["at"] = {col: [float(v) for v in values]}
 
 
 def _check_names(pillar: Any, selectors: list[dict[str, Any]], where: str) -> None:

@@ -151,3 +151,47 @@ def test_every_shipped_claim_file_is_valid_and_the_reproduction_spec_lists_them_
     assert sorted(spec.data["claims"]) == sorted(f"claims/{f.name}" for f in files)
     doc = (BUILTIN.parent / "docs" / "claims.md").read_text()
     assert [c.id for c in claims if f"`{c.id}`" not in doc] == []  # every claim documented
+
+
+AT = {"kind": "order", "pillar": "sae", "metric": "fvu", "a": {"method": "batchtopk"},
+      "b": {"method": "topk"}, "op": "<"}  # fmt: skip
+
+
+def test_at_is_normalised_to_a_list_of_floats(claim_file):
+    (c,) = load_file(claim_file([one(**AT, at={"l0": 8})]))
+    assert c.test["at"] == {"l0": [8.0]}
+    (c,) = load_file(claim_file([one(**AT, at={"l0": [4, 8, 16]})]))
+    assert c.test["at"] == {"l0": [4.0, 8.0, 16.0]}
+
+
+@pytest.mark.parametrize(
+    ("at", "extra", "message"),
+    [
+        ({"nope": 8}, {}, r"toy\.yaml: claim 'c-1': at: 'nope' is an unknown column of pillar "
+         r"'sae'; the metric is read at a value of a numeric column: .*l0"),
+        ({"setting": 8}, {}, r"claim 'c-1': at: 'setting' is not a numeric column of pillar "
+         r"'sae'; .*numeric column: .*d_in, dead_fraction"),
+        ({"seed": 1}, {}, r"at: 'seed' is not a numeric column"),
+        ({"fvu": 8}, {}, r"at: 'fvu' is the claim's metric"),
+        ({"l0": 8}, {"where": {"l0": 8}}, r"at: 'l0' is also a filter"),
+        ({"l0": [8, 8.0]}, {}, r"at: l0: \[8, 8\.0\] repeats a value"),
+        ({"l0": 0}, {}, r"claim 'c-1': at: l0: 0 is not allowed; give a number > 0 or a list "
+         r"of them"),
+        ({"l0": [4, -1]}, {}, r"claim 'c-1': at: l0: -1 is not allowed"),
+        ({"l0": "8"}, {}, r"claim 'c-1': test\.at\.l0: value '8' is invalid; expected a value "
+         r"of type number; or"),
+        ({"l0": True}, {}, r"test\.at\.l0: value True is invalid"),
+        ({}, {}, r"test\.at: \{\} should be non-empty"),
+        ({"l0": 8, "width": 128}, {}, r"test\.at: .* has too many properties"),
+    ],
+)  # fmt: skip
+def test_bad_at_names_the_file_claim_key_and_what_is_allowed(claim_file, at, extra, message):
+    with pytest.raises(ClaimError, match=message):
+        load_file(claim_file([one(**AT, **extra, at=at)]))
+
+
+def test_at_applies_to_cell_comparisons_not_to_trends(claim_file):
+    trend = one(kind="trend", pillar="sae", metric="fvu", a={}, along="width",
+                direction="increasing", at={"l0": 8})  # fmt: skip
+    with pytest.raises(ClaimError, match=r"key 'at' does not apply to a 'trend' test"):
+        load_file(claim_file([trend]))
