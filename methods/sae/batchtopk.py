@@ -50,8 +50,9 @@ class BatchTopK(TopK):
     * ``calibrated`` (default, ours): when training ends, θ is set on the training tokens so
       that the inference L0 there is k: halfway between the (k·n)-th and (k·n + 1)-th largest
       positive pre-activation of the n training tokens. The authors' moving average lags the
-      cutoff, which falls while the SAE trains, so at our 10³ steps its inference L0 was
-      0.80–0.98 · k, and architectures compared at "matched k" were not at matched L0.
+      cutoff, which falls while the SAE trains, so at our 10³ steps its inference L0 ends below
+      k (0.991–0.999 · k on the synthetic source at 800 steps, docs/sae.md), and
+      architectures compared at "matched k" were not at matched L0.
     * ``ema``: the authors' code, an exponential moving average (decay ``threshold_decay`` =
       0.99) of each training batch's smallest positive kept activation, fixed when training
       ends.
