@@ -1,12 +1,13 @@
 """A metric at a matched value of another, read off a sweep: the one interpolation rule shared
-by the boards (the SAE board's matched-L0 tables) and the claims engine (``at:`` tests).
+by the boards' matched tables and the claims engine (``at:`` tests).
 
-The sweep is a set of points (x, y), e.g. one seed's (L0, FVU) over a k or λ sweep. The value
-at x = t is interpolated between the two neighbouring points that bracket t, linear in log x
-and, where both bracketing y are positive, linear in log y (a power law between neighbours:
-FVU against L0 is close to one, and linear-in-y interpolation of a convex curve overstates it);
-otherwise linear in y (a dead fraction can be 0). Never extrapolated: outside the sweep's
-range the value is None. A point within ``rtol`` of t (relative) is used as it is.
+The sweep is a set of points (x, y), e.g. one seed's (sparsity, error) over a knob's sweep.
+The value at x = t is interpolated between the two neighbouring points that bracket t, linear
+in log x and, where both bracketing y are positive, linear in log y (a power law between
+neighbours: error-vs-sparsity curves are close to one, and linear-in-y interpolation of a
+convex curve overstates them); otherwise linear in y (a fraction can be 0). Never
+extrapolated: outside the sweep's range the value is None. A point within ``rtol`` of t
+(relative) is used as it is.
 """
 
 from __future__ import annotations

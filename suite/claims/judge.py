@@ -121,16 +121,22 @@ def _describe(filters: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in filters.items()) or "(all rows)"
 
 
-def _cell(
-    runs: pl.DataFrame | None, filters: dict[str, Any], metric: str, row_key, min_seeds: int
-) -> CellStat:
-    """The per-seed values of the one cell ``filters`` address; raises Inconclusive."""
-    stat = CellStat(selector=filters)
+def _matching(runs: pl.DataFrame | None, filters: dict[str, Any]) -> pl.DataFrame:
+    """The rows ``filters`` select; Inconclusive when there is no table or no row."""
     if runs is None:
         raise Inconclusive("no runs table of this pillar in the results")
     rows = _select(runs, filters)
     if rows.height == 0:
         raise Inconclusive(f"no cell matches {_describe(filters)}")
+    return rows
+
+
+def _cell(
+    runs: pl.DataFrame | None, filters: dict[str, Any], metric: str, row_key, min_seeds: int
+) -> CellStat:
+    """The per-seed values of the one cell ``filters`` address; raises Inconclusive."""
+    stat = CellStat(selector=filters)
+    rows = _matching(runs, filters)
     key = [c for c in row_key if c != "seed" and c in rows.columns]
     cells = [_SEED_PART.sub("", c) for c in rows["cell_id"].to_list()]  # one id per seed
     rows = rows.with_columns(pl.Series("_cell", cells))
@@ -196,11 +202,7 @@ def _sweep_cell(
     """The per-seed values of ``metric`` at ``column`` = ``x`` over the one sweep that
     ``filters`` address (its cells differ only in setting and seed); raises Inconclusive."""
     stat = CellStat(selector=filters)
-    if runs is None:
-        raise Inconclusive("no runs table of this pillar in the results")
-    rows = _select(runs, filters)
-    if rows.height == 0:
-        raise Inconclusive(f"no cell matches {_describe(filters)}")
+    rows = _matching(runs, filters)
     for c in (column, "seed"):
         if c not in rows.columns:
             raise Inconclusive(f"column {c!r} is not in this pillar's runs table")
