@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CORES ?= 2
 STAMP := $(VENV)/.sparsebench-installed
 
-.PHONY: bench test install lint clean-results
+.PHONY: bench test install lint clean-results oracles
 
 install: $(STAMP)
 
@@ -29,6 +29,27 @@ bench: $(STAMP)
 # One pytest worker per core (pytest-xdist); `-n 0` runs them in one process.
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal
+
+# The oracle tests against published peers (SAELens, FusionBench, SparseProp), which `make
+# test` skips: a second venv layered on .venv (a .pth adds .venv's site-packages, so torch and
+# the suite are shared, never reinstalled) holds the peers and what they pull in, which would
+# otherwise change .venv's pins. SPARSEBENCH_ORACLES=1 makes a missing peer an error, not a skip.
+ORACLES ?= .venv-oracles
+ORACLE_STAMP := $(ORACLES)/.sparsebench-oracles-installed
+ORACLE_TESTS := tests/methods/sae/test_saelens_oracle.py tests/methods/merging/test_fusion_bench.py \
+	tests/kernels/test_sparseprop_oracle.py
+
+$(ORACLE_STAMP): $(STAMP)
+	test -x $(ORACLES)/bin/python || python3 -m venv $(ORACLES)
+	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+		> "$$($(ORACLES)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_sparsebench_base.pth"
+	printf 'torch==2.14.1\ntorchvision==0.29.1\n' > $(ORACLES)/torch-pins.txt
+	$(ORACLES)/bin/python -m pip install --quiet -c $(ORACLES)/torch-pins.txt pybind11 setuptools wheel
+	$(ORACLES)/bin/python -m pip install --quiet --no-build-isolation -c $(ORACLES)/torch-pins.txt -e '.[oracles]'
+	touch $@
+
+oracles: $(ORACLE_STAMP)
+	SPARSEBENCH_ORACLES=1 $(ORACLES)/bin/python -m pytest -q -p no:cacheprovider $(ORACLE_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -1,8 +1,7 @@
 """Optional cross-check against SAELens (skipped unless ``sae_lens`` imports): the same TopK and
 JumpReLU weights and inputs give the same encodings and reconstructions, and our explained
-variance equals SAELens' streaming one. Install the oracle into its own folder with the
-command in docs/sae.md ("Cross-check against SAELens"), then
-``PYTHONPATH=/tmp/saelens .venv/bin/python -m pytest tests/methods/sae/test_saelens_oracle.py``.
+variance equals SAELens' streaming one. ``make oracles`` installs SAELens (the ``oracles``
+extra) into ``.venv-oracles`` and runs these tests there; CI runs it.
 
 SAELens 6.54.12 reports two EVs: ``explained_variance`` (ExplainedVarianceCalculator, about the
 mean over all tokens: issue #659's fix, equal to ours) and ``explained_variance_legacy`` (a mean
@@ -14,7 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-sae_lens = pytest.importorskip("sae_lens")
+from tests.oracle import peer
+
+sae_lens = peer("sae_lens")
 
 from sparsebench.methods.sae.jumprelu import JumpReLU  # noqa: E402
 from sparsebench.methods.sae.metrics import ReconstructionStats  # noqa: E402
