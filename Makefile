@@ -11,11 +11,15 @@ STAMP := $(VENV)/.sparsebench-installed
 install: $(STAMP)
 
 # torch/torchvision are pinned and installed with pip (never uv/poetry: they would fetch 3 GB).
+# The cpu kernel backend's C++ extension is compiled here, once (about a minute), as a package
+# with a C extension is at install, rather than by whichever test or job first uses it.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -c 'from sparsebench.kernels.backends._cpu_build import load_extension as l; l()' \
+		|| echo "note: the cpu kernel backend was not built now (see above); it builds on first use"
 	touch $@
 
 # Ends in every pillar's leaderboard and results/default/summary.md (printed), then the
