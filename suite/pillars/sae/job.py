@@ -131,6 +131,7 @@ def run_sae(info, params, acts: Activations, width: int, train: Mapping[str, Any
         batch_size=train["batch_size"],
         lr=train["lr"],
         dead_window=train["dead_window"],
+        b_dec_init=train["b_dec_init"],
     )
     try:
         res = train_sae(sae, acts.train, cfg, seed=seed)
