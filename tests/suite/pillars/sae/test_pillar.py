@@ -125,11 +125,31 @@ def test_evaluate_a_perfect_dictionary_sae_by_hand():
         def decode(self, z):
             return z @ d
 
-    out = evaluate(Oracle(), Activations("synthetic", x, x, 1.0, d), batch=400)
+    # both pairs occur with both signs among these tokens, so both are scored
+    assert all(bool((codes[:, i] > 0).any() and (codes[:, i] < 0).any()) for i in (0, 1))
+    acts = Activations("synthetic", x, x, 1.0, d, codes=codes, n_pairs=2)
+    out = evaluate(Oracle(), acts, batch=400)
     assert out["fvu"] == pytest.approx(0.0, abs=1e-10)
     assert out["mcc"] == pytest.approx(1.0) and out["recovery_rate"] == 1.0
     assert out["l0"] == pytest.approx(float((codes != 0).sum(1).double().mean()))
-    assert out["bipolar_fraction"] > 0  # the two bipolar features fire with both signs
+    assert out["bipolar_fraction"] == pytest.approx(2 / 16)  # the two pairs' latents
+    # the true codes are signed latents on the true directions: both pairs recovered
+    assert out["pair_recovery"] == 1.0 and out["pair_recovery_any"] == 1.0
+    Oracle.encode = lambda self, xs: codes.clamp_min(0.0)  # the same, non-negative
+    relu = evaluate(Oracle(), acts, batch=400)
+    assert relu["pair_recovery"] == 0.0 and relu["pair_recovery_any"] == 1.0
+    assert evaluate(Oracle(), Activations("synthetic", x, x, 1.0, d))["pair_recovery"] is None
+
+
+def test_synthetic_activations_carry_the_held_out_codes_and_pairs():
+    from sparsebench.methods.sae.synthetic import SyntheticConfig, sample
+
+    src = _spec().data["sae"]["sources"]["synthetic"]
+    acts = load(src, seed=0)
+    cfg = SyntheticConfig(**{k: src[k] for k in ("n_features", "d", "n_bipolar")})
+    x, codes = sample(cfg, 2048 + 512, 0)
+    assert acts.n_pairs == 4 and torch.equal(acts.codes, codes[2048:])
+    assert torch.allclose(acts.eval, x[2048:] * acts.scale)
 
 
 JUMP = {"sparsity_coeff": 0.5, "threshold_lr_scale": 10.0}
