@@ -8,7 +8,6 @@ readers look at)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -50,13 +49,9 @@ def sweep_label(method: str, params_json: str | None) -> str:
     its defaults, everything but the swept knob (:data:`SWEPT`), e.g. ``topk`` or
     ``jumprelu (threshold_lr_scale=10.0)``."""
     params = json.loads(params_json) if params_json else {}
-    try:
+    try:  # the defaults as params_json writes them (a tuple default reads back as a list)
         cls = registry.get_method(method, FAMILY).cls
-        defaults = {
-            f.name: f.default
-            for f in dataclasses.fields(cls.Params)
-            if f.default is not dataclasses.MISSING
-        }
+        defaults = json.loads(json.dumps(registry.params_to_dict(cls.Params())))
     except registry.RegistryError:  # an unknown architecture: every fixed parameter shows
         defaults = {}
     fixed = {

@@ -201,6 +201,14 @@ def test_a_sweep_is_an_architecture_and_its_fixed_parameters():
     assert sweep_label("jumprelu", json.dumps(JUMP)) == "jumprelu (threshold_lr_scale=10.0)"
     assert sweep_label("jumprelu", json.dumps({"sparsity_coeff": 2.5})) == "jumprelu"
     assert sweep_label("gated", json.dumps({"l1_coeff": 1.0, "lr": 1e-4})) == "gated (lr=0.0001)"
+    # params_json holds every parameter; a tuple default reads back as a list and is no change
+    every = {"k": 8, "aux_coeff": 1 / 32, "prefix_fractions": [0.0625, 0.125, 0.25, 0.5, 1.0]}
+    assert sweep_label("matryoshka_batchtopk", json.dumps(every)) == "matryoshka_batchtopk"
+    two = json.dumps({**every, "prefix_fractions": [0.5, 1.0]})
+    assert (
+        sweep_label("matryoshka_batchtopk", two)
+        == "matryoshka_batchtopk (prefix_fractions=[0.5, 1.0])"
+    )
 
 
 def test_matched_l0_reads_each_seed_then_averages_the_bracketed_seeds():
