@@ -28,6 +28,14 @@ class Gated(SparseAutoencoder):
     ``gdm.py``), r_mag = b_mag = b_gate = 0 at init, unit-norm decoder rows. Ours: λ = 1 with
     a 5 % warm-up at E‖x‖₂ = √d (the paper sweeps λ; the board sweeps it too).
 
+    No ``threshold_lr_scale`` (ours), unlike JumpReLU and the sign-aware SAE: the gate
+    H(π_gate) cuts at π_gate = 0 and has no learned threshold for such a scale to act on
+    (:meth:`threshold_parameters` is empty). What moves the cut is b_gate and W_gate, ordinary
+    encoder parameters that the L1 term λ‖ReLU(π_gate)‖₁ and the auxiliary reconstruction train
+    by their true gradients (ReLU(π_gate) is differentiable), not a θ learning only through a
+    step's pseudo-derivative; and λ alone spans the board's L0s at one lr (synthetic source,
+    seed 0: L0 31.6 / 14.7 / 4.5 at λ = 1 / 2.5 / 6.25; docs/sae.md).
+
     Source: Rajamanoharan, Conmy, Smith, Lieberum, Varma, Kramár, Shah, Nanda, "Improving
     Dictionary Learning with Gated Sparse Autoencoders", 2024, Sec. 3 (Eq. 5-9).
     """

@@ -177,6 +177,82 @@ def recovery_rate(decoder: torch.Tensor, true_dict: torch.Tensor, threshold: flo
     return float((dictionary_match(decoder, true_dict) >= threshold).mean())
 
 
+def _pair_scores(
+    decoder: torch.Tensor,
+    true_dict: torch.Tensor,
+    z: torch.Tensor,
+    codes: torch.Tensor,
+    n_pairs: int,
+    threshold: float,
+    min_share: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(matched, signed), bool per scored pair (:func:`pair_recovery`)."""
+    cos = (_unit_rows(true_dict[:n_pairs]) @ _unit_rows(decoder).T).numpy()  # (pairs, m)
+    z, codes = z.detach().double().cpu(), codes.detach().double().cpu()
+    matched, signed = [], []
+    for i in range(n_pairs):
+        pos, neg = codes[:, i] > 0, codes[:, i] < 0
+        if not bool(pos.any()) or not bool(neg.any()):
+            continue  # both signs must occur among the tokens to be tested
+        cands = np.flatnonzero(np.abs(cos[i]) >= threshold)
+        ok = False
+        for j in cands:
+            s = z[:, j] * float(np.sign(cos[i, j]))  # the latent's sign along the pair direction
+            up = float((s[pos] > 0).double().mean())
+            down = float((s[neg] < 0).double().mean())
+            ok = ok or (up >= min_share and down >= min_share)
+        matched.append(cands.size > 0)
+        signed.append(ok)
+    return np.array(matched, dtype=bool), np.array(signed, dtype=bool)
+
+
+def pair_recovery(
+    decoder: torch.Tensor,
+    true_dict: torch.Tensor,
+    z: torch.Tensor,
+    codes: torch.Tensor,
+    n_pairs: int,
+    threshold: float = 0.9,
+    min_share: float = 0.5,
+) -> float | None:
+    """Fraction of the true anticorrelated pairs that one latent recovers with its sign.
+
+    A pair is a true feature used with both signs (the first ``n_pairs`` rows of
+    ``true_dict``, (n, d); methods/sae/synthetic.py: one direction D_i, active as +D_i or
+    −D_i, never both). ``z`` (N, m) are the SAE's latents and ``codes`` (N, n) the true signed
+    codes of the same tokens; ``decoder`` (m, d). Pair i is recovered when some latent j
+
+    * is matched: |cos(W_dec[j], D_i)| ≥ ``threshold`` (the pillar passes the recovery rate's,
+      0.9; any latent, not only the one the one-to-one matching assigns, so a duplicate latent
+      cannot hide a signed one), and
+    * fires with the pair's sign: with σ = sign(cos(W_dec[j], D_i)), σ z_j > 0 on at least
+      ``min_share`` of the tokens where the pair is active with + (codes_i > 0) and σ z_j < 0
+      on at least ``min_share`` of those where it is active with − (ours: a majority, 0.5).
+
+    One latent only: an SAE whose latents are non-negative (ReLU, TopK, BatchTopK, JumpReLU,
+    Gated, Matryoshka) scores 0 by construction; it can represent a pair only by two latents,
+    d and −d, which :func:`pair_recovery_any` counts. Pairs without tokens of both signs are
+    left out; None when no pair is left (e.g. a source without pairs). All choices: ours."""
+    _, signed = _pair_scores(decoder, true_dict, z, codes, n_pairs, threshold, min_share)
+    return float(signed.mean()) if signed.size else None
+
+
+def pair_recovery_any(
+    decoder: torch.Tensor,
+    true_dict: torch.Tensor,
+    z: torch.Tensor,
+    codes: torch.Tensor,
+    n_pairs: int,
+    threshold: float = 0.9,
+) -> float | None:
+    """The matched part of :func:`pair_recovery` alone: the fraction of the same pairs with
+    some latent at |cos| ≥ ``threshold``, whatever its signs (the same pairs: those with tokens
+    of both signs; so that a pair recovery of 0
+    tells a direction never learned from one learned without its sign)."""
+    matched, _ = _pair_scores(decoder, true_dict, z, codes, n_pairs, threshold, 0.5)
+    return float(matched.mean()) if matched.size else None
+
+
 def top_latents(z: torch.Tensor, y: torch.Tensor, k: int) -> torch.Tensor:
     """Indices of the k latents whose mean activation differs most between the two classes
     of the binary labels y (n,) (Gurnee et al. 2023's selection, as SAEBench's sparse probing)."""

@@ -2,7 +2,8 @@
 (superposition, Elhage et al. 2022), sparse, with power-law frequencies and magnitudes, and
 bipolar features (one direction used with both signs, i.e. an anticorrelated pair of
 features ±f that never fire together), so that an SAE's decoder can be scored against the
-truth (MCC, recovery rate) and a signed SAE's bipolar latents counted.
+truth (MCC, recovery rate) and so can the pairs it recovers with one signed latent
+(metrics.pair_recovery).
 
 Generation (ours, in the spirit of SAELens' synthetic-data module and Elhage et al. 2022):
 

@@ -25,7 +25,7 @@ def evaluate(sae, acts: Activations, batch: int = 4096) -> dict[str, Any]:
     """Metrics of a trained SAE on the held-out tokens (methods/sae/metrics.py)."""
     rec = metrics.ReconstructionStats()
     firing = metrics.FiringStats(sae.width)
-    l0_sum, xs, xhs = 0.0, [], []
+    l0_sum, xs, xhs, zs = 0.0, [], [], []
     with torch.no_grad():
         for i in range(0, acts.eval.shape[0], batch):
             x = acts.eval[i : i + batch]
@@ -36,6 +36,8 @@ def evaluate(sae, acts: Activations, batch: int = 4096) -> dict[str, Any]:
             l0_sum += float((z != 0).sum())
             xs.append(x)
             xhs.append(x_hat)
+            if acts.codes is not None:
+                zs.append(z)
     out = {
         "mse": rec.mse,
         "explained_variance": rec.explained_variance,
@@ -47,10 +49,17 @@ def evaluate(sae, acts: Activations, batch: int = 4096) -> dict[str, Any]:
         "bipolar_fraction": firing.bipolar_fraction(),
         "mcc": None,
         "recovery_rate": None,
+        "pair_recovery": None,
+        "pair_recovery_any": None,
     }
     if acts.dictionary is not None:
         out["mcc"] = metrics.mcc(sae.W_dec, acts.dictionary)
         out["recovery_rate"] = metrics.recovery_rate(sae.W_dec, acts.dictionary, RECOVERY_THRESHOLD)
+    if acts.codes is not None and acts.n_pairs:
+        # a pair's latent is matched at the recovery rate's |cos| threshold
+        pair = (sae.W_dec, acts.dictionary, torch.cat(zs), acts.codes, acts.n_pairs)
+        out["pair_recovery"] = metrics.pair_recovery(*pair, threshold=RECOVERY_THRESHOLD)
+        out["pair_recovery_any"] = metrics.pair_recovery_any(*pair, threshold=RECOVERY_THRESHOLD)
     if acts.model is not None:
         out.update(splice_metrics(sae, acts))
     if acts.probe_labels is not None:

@@ -338,6 +338,9 @@ class Activations:
         probe_labels, probe_tasks: binary labels (n_eval, tasks) for sparse probing.
         reference: clean and zero-ablation cross-entropy of the model on the held-out tokens
             (filled by :func:`load`).
+        codes: synthetic: the true signed codes of the held-out tokens (n_eval, n_features).
+        n_pairs: synthetic: the anticorrelated pairs, the first ``n_pairs`` features (one
+            direction used with both signs; methods/sae/synthetic.py: ``n_bipolar``).
     """
 
     kind: str
@@ -352,6 +355,8 @@ class Activations:
     probe_labels: torch.Tensor | None = None
     probe_tasks: tuple[str, ...] = ()
     reference: dict[str, float] = field(default_factory=dict)
+    codes: torch.Tensor | None = None
+    n_pairs: int = 0
     _clean_logp: list[torch.Tensor] = field(default_factory=list, repr=False)
 
     def _chunks(self):
@@ -391,10 +396,14 @@ def load(raw: Mapping[str, Any] | Source, seed: int) -> Activations:
     src = raw if isinstance(raw, Source) else resolve(raw)
     if src.kind == "synthetic":
         d = true_dictionary(src.synthetic, seed)
-        x, _ = sample(src.synthetic, src.train_tokens + src.eval_tokens, seed, d)
+        x, codes = sample(src.synthetic, src.train_tokens + src.eval_tokens, seed, d)
         train, held = x[: src.train_tokens], x[src.train_tokens :]
-        c = input_scale(train)
-        return Activations("synthetic", train * c, held * c, c, d)
+        c = input_scale(train)  # > 0: the codes' signs hold in the scaled space
+        held_codes = codes[src.train_tokens :].clone()
+        return Activations(
+            "synthetic", train * c, held * c, c, d,
+            codes=held_codes, n_pairs=src.synthetic.n_bipolar,
+        )  # fmt: skip
     aid = acts_id(src)
     t, meta = tensorfile.load(*files(aid), _how(aid), "SAE artefact")
     c = input_scale(t["train"])

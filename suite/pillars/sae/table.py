@@ -34,6 +34,8 @@ COLUMNS: dict[str, type] = {
     "mcc": float,  # synthetic: mean matched |cos| of the decoder with the true dictionary
     "recovery_rate": float,  # synthetic: true features with matched |cos| >= 0.9
     "bipolar_fraction": float,  # latents firing with both signs (signed SAEs)
+    "pair_recovery": float,  # synthetic: true ± pairs one matched latent fires both signs on
+    "pair_recovery_any": float,  # ... with a matched latent (|cos| >= 0.9), any signs
     "train_tokens": int,  # tokens seen in training
     "train_flops": float,  # dense accounting (methods/sae/training.py: train_flops)
     "train_s": float,  # wall-clock of training
@@ -60,5 +62,7 @@ class SAESchema(CommonSchema):
     probe_acc_k5: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     mcc: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     recovery_rate: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    pair_recovery: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    pair_recovery_any: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     train_flops: float = pa.Field(ge=0.0, nullable=True)
     train_s: float = pa.Field(ge=0.0, nullable=True)

@@ -93,3 +93,43 @@ def test_sparse_probe_picks_the_informative_latent():
     assert metrics.sparse_probe_accuracy(z[:200], y[:200], z[200:], y[200:], k=1) == 1.0
     with pytest.raises(ValueError, match="both classes"):
         metrics.top_latents(z, torch.ones(400), 1)
+
+
+def _pairs_case():
+    """Two pairs (true features 0 and 1 of three, in 2 dimensions) over four tokens; latent 0
+    is −D_0 and fires with both signs, latent 1 fires with both signs at |cos| 0.8 with D_1,
+    latent 2 is D_1 and fires only with +."""
+    true = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    dec = torch.tensor([[-2.0, 0.0], [0.6, 0.8], [0.0, 3.0]])
+    codes = torch.tensor(
+        [[1.0, 0.0, 0.0], [-1.0, 1.0, 0.0], [1.0, -1.0, 0.5], [0.0, -1.0, 0.0]]
+    )  # rows: tokens; pair 0: + on tokens 0, 2, − on 1; pair 1: + on 1, − on 2, 3
+    z = torch.tensor([[-2.0, 0.0, 0.0], [3.0, 1.0, 1.0], [-1.0, -1.0, 0.0], [0.0, -1.0, 0.0]])
+    return dec, true, z, codes
+
+
+def test_pair_recovery_needs_a_matched_latent_that_fires_with_both_signs():
+    dec, true, z, codes = _pairs_case()
+    # pair 0: latent 0 has cos −1, so σ = −1: σz = 2, 1 on the + tokens, −3 on the − token
+    # pair 1: latent 2 (cos 1) is 0 on both − tokens; latent 1 is signed but |cos| 0.8 < 0.9
+    assert metrics.pair_recovery(dec, true, z, codes, n_pairs=2) == 0.5
+    assert metrics.pair_recovery_any(dec, true, z, codes, n_pairs=2) == 1.0
+    # at threshold 0.75 latent 1 is matched: +1 on token 1, −1 on tokens 2 and 3
+    assert metrics.pair_recovery(dec, true, z, codes, n_pairs=2, threshold=0.75) == 1.0
+    # latent 2 negative on one of pair 1's two − tokens: a share of 1/2 passes 0.5, not 0.6
+    z2 = z.clone()
+    z2[2, 2] = -1.0
+    assert metrics.pair_recovery(dec, true, z2, codes, n_pairs=2) == 1.0
+    assert metrics.pair_recovery(dec, true, z2, codes, n_pairs=2, min_share=0.6) == 0.5
+
+
+def test_non_negative_latents_recover_no_pair_and_no_pairs_is_none():
+    dec, true, z, codes = _pairs_case()
+    relu = z.clamp_min(0.0)
+    assert metrics.pair_recovery(dec, true, relu, codes, n_pairs=2) == 0.0
+    assert metrics.pair_recovery_any(dec, true, relu, codes, n_pairs=2) == 1.0
+    assert metrics.pair_recovery(dec, true, z, codes, n_pairs=0) is None
+    # a pair with no − token among these is left out: pair 0 without token 1
+    keep = torch.tensor([0, 2, 3])
+    assert metrics.pair_recovery(dec, true, z[keep], codes[keep], n_pairs=2) is None
+    assert metrics.pair_recovery(dec, true, z[[0, 1, 2, 3]], codes, n_pairs=1) == 1.0

@@ -148,3 +148,25 @@ def test_a_spliced_pass_needs_the_clean_pass_first(lm_acts):
         fresh.spliced(torch.zeros_like)
     ce, kl = fresh.spliced(None)
     assert ce == pytest.approx(acts.reference["ce_clean"]) and kl == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_zero_pair_control_differs_only_in_the_pairs_signs():
+    """sae.yaml's synthetic_nopairs: the same dictionary, firings and magnitudes as the source
+    with pairs, every feature positive (so the pairs' signs are the one difference)."""
+    from pathlib import Path
+
+    import yaml
+
+    spec = yaml.safe_load((Path(__file__).parents[4] / "suite/benchmarks/sae.yaml").read_text())
+    srcs = spec["sae"]["sources"]
+    assert {k: v for k, v in srcs["synthetic_nopairs"].items() if k != "n_bipolar"} == {
+        k: v for k, v in srcs["synthetic"].items() if k != "n_bipolar"
+    }
+    small = {"train_tokens": 1024, "eval_tokens": 256}
+    pairs = sources.load({**srcs["synthetic"], **small}, seed=0)
+    none = sources.load({**srcs["synthetic_nopairs"], **small}, seed=0)
+    assert (pairs.n_pairs, none.n_pairs) == (32, 0) and torch.equal(
+        pairs.dictionary, none.dictionary
+    )
+    assert torch.equal(pairs.codes.abs(), none.codes) and bool((pairs.codes[:, :32] < 0).any())
+    assert torch.equal(pairs.codes[:, 32:], none.codes[:, 32:])
