@@ -34,3 +34,15 @@ def test_no_extrapolation_and_missing_values_skipped():
 def test_target_must_be_positive():
     with pytest.raises(ValueError, match="> 0"):
         value_at([1.0, 2.0], [1.0, 2.0], 0.0)
+
+
+def test_a_point_within_one_percent_is_read_as_the_end_of_the_sweep():
+    # BatchTopK at k = 4 measures L0 4.02 on one seed: its sweep still reaches L0 = 4.
+    got = value_at([4.02, 8.01, 16.0], [0.3, 0.2, 0.1], 4.0)
+    assert got.exact and got.value == 0.3 and got.x_low == 4.02
+    # 4.05 is 1.25 % away: below the sweep's range, nothing is read.
+    assert value_at([4.05, 8.0], [0.3, 0.2], 4.0) is None
+    # of two points within the tolerance, the nearer one
+    assert value_at([3.97, 4.01, 8.0], [0.31, 0.30, 0.2], 4.0).value == 0.30
+    # the tolerance is the caller's to tighten
+    assert value_at([4.02, 8.0], [0.3, 0.2], 4.0, rtol=1e-9) is None

@@ -93,7 +93,8 @@ def matched_l0(runs: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
     from that seed's settings by the shared rule (suite/interpolate.py: x the seed's measured
     L0 per setting, linear in log L0 and in log metric where positive, never extrapolated),
     then the mean and std over the seeds whose FVU is bracketed (``n_seeds``); ``read`` says
-    how: ``measured`` (a setting's L0 is the target in every seed), ``interpolated L0 a – b``
+    how: ``measured`` (a setting's L0 within 1 % of the target in every seed: the shared
+    rule's tolerance), ``interpolated L0 a – b``
     (a, b: the bracketing measured L0s, means over those seeds), or ``not bracketed`` (null
     values). ``rank``: by FVU within (source, width, target) among bracketed sweeps."""
     schema = {
