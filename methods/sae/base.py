@@ -14,8 +14,9 @@ Pinned conventions (one for every architecture, docs/sae.md lists where librarie
   invariant to the scale anyway (EV, FVU, L0, dead fraction) or stated so (MSE);
 * **decoder**: latent i's direction is row i of W_dec (m, d); initialised as random unit
   directions times ``dec_init_norm`` and W_enc = W_decᵀ (Gao et al. 2024, Sec. A.1; Anthropic's
-  April 2024 update); b_enc = 0, b_dec = 0 (ours: the geometric-median init of Gao et al. is
-  a refinement we leave out);
+  April 2024 update); b_enc = 0; b_dec = 0 here, moved to the geometric median of the
+  training tokens by the training loop before the first step (Gao et al. 2024, Sec. A.1;
+  ``TrainConfig.b_dec_init``);
 * **unit-norm decoder** for the architectures whose papers constrain it (TopK, BatchTopK,
   Matryoshka, Gated, JumpReLU, sign-aware): rows renormalised after every optimiser step and
   the gradient component parallel to each row removed before it (Bricken et al. 2023); ReLU+L1

@@ -63,9 +63,10 @@ class TopK(SparseAutoencoder):
     Defaults (Gao et al. 2024): k = 32, α = 1/32, k_aux = a power of two near d/2, unit-norm
     decoder rows with the parallel gradient removed, W_enc = W_decᵀ at init, Adam (β 0.9,
     0.999) at lr 2e-4 · (m / 2¹⁴)^(−1/2) (their lr-vs-width rule; ``lr: null``), dead window
-    in tokens (the loop's). Ours: b_dec starts at 0, not at the geometric median; the loop's
-    schedule shared by every architecture (constant, then a linear decay over the last 20 %)
-    and its gradient clipping at 1 (the reference keeps the lr constant and does not clip).
+    in tokens (the loop's), b_dec starting at the training tokens' geometric median (the
+    loop's default). Ours: the loop's schedule shared by every architecture (constant, then a
+    linear decay over the last 20 %) and its gradient clipping at 1 (the reference keeps the
+    lr constant and does not clip).
 
     Source: Gao, la Tour, Tillman, Goh, Troll, Radford, Sutskever, Leike, Wu, "Scaling and
     evaluating sparse autoencoders", 2024, Sec. 2.3 (TopK) and A.2 (AuxK).
