@@ -6,10 +6,11 @@ The value at x = t is interpolated between the two neighbouring points that brac
 in log x and, where both bracketing y are positive, linear in log y (a power law between
 neighbours: error-vs-sparsity curves are close to one, and linear-in-y interpolation of a
 convex curve overstates them); otherwise linear in y (a fraction can be 0). Never
-extrapolated: outside the sweep's range the value is None. A point within ``rtol`` of t
-(relative; 1 % by default, ours) is used as it is: a knob that sets x only to within a
-fraction of a percent (an SAE's L0 at its nominal k lands 0.5 % either side of k) would
-otherwise never reach the end points of its own sweep.
+extrapolated: outside the sweep's range the value is None, except that a t beyond an end of
+the sweep by at most ``rtol`` (relative; 1 %, ours) is read at that end point: a knob that
+sets x only to within a fraction of a percent (an SAE's L0 at its nominal k lands 0.5 % either
+side of k) would otherwise miss the end points of its own sweep. Inside the range it always
+interpolates, so the tolerance never replaces a reading by a neighbour's.
 """
 
 from __future__ import annotations
@@ -23,38 +24,52 @@ RTOL = 0.01
 
 @dataclass(frozen=True)
 class AtValue:
-    """The value at x = t and how it was read: ``exact`` (a point within the tolerance of t,
-    the nearest one), or ``interpolated``
-    between ``x_low`` and ``x_high`` (the bracketing points' x)."""
+    """The value at x = t and how it was read: ``exact`` (a point at t, or an end point
+    within the tolerance), or interpolated between ``x_low`` and ``x_high`` (the bracketing
+    points' x); ``i_low`` and ``i_high`` are those points' positions in the caller's lists."""
 
     value: float
     exact: bool
     x_low: float
     x_high: float
+    i_low: int
+    i_high: int
 
 
 def value_at(
     xs: Sequence[float], ys: Sequence[float | None], t: float, rtol: float = RTOL
 ) -> AtValue | None:
-    """y at x = t from the points (xs, ys) (any order; x > 0; a None or non-finite y is
-    skipped); None when t lies outside the sweep's x range or no bracket has both y."""
-    if not t > 0:
-        raise ValueError(f"the matched value must be > 0 (interpolation is in log x), got {t}")
+    """y at x = t from the points (xs, ys) (any order; x > 0; a point whose x or y is None or
+    not finite is skipped); None when t lies outside the sweep's x range (beyond the
+    tolerance) or no bracket has both y. Raises ValueError for a t that is not a finite
+    number > 0, or when two usable points share an x (a sweep must move x)."""
+    if not (math.isfinite(t) and t > 0):
+        raise ValueError(
+            f"the matched value must be a finite number > 0 (interpolation is in log x), got {t}"
+        )
     pts = sorted(
-        (float(x), float(y))
-        for x, y in zip(xs, ys, strict=True)
-        if y is not None and x is not None and math.isfinite(y) and float(x) > 0
+        (float(x), float(y), i)
+        for i, (x, y) in enumerate(zip(xs, ys, strict=True))
+        if y is not None and x is not None and math.isfinite(y) and math.isfinite(x) and x > 0
     )
-    near = [(abs(x - t), x, y) for x, y in pts if abs(x - t) <= rtol * t]
-    if near:
-        _, x, y = min(near)
-        return AtValue(y, True, x, x)
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+    if not pts:
+        return None
+    if len({x for x, _, _ in pts}) < len(pts):
+        raise ValueError(f"two points share an x in {sorted(x for x, _, _ in pts)}")
+    for x, y, i in pts:
+        if x == t:
+            return AtValue(y, True, x, x, i, i)
+    (x_min, y_min, i_min), (x_max, y_max, i_max) = pts[0], pts[-1]
+    if t < x_min:
+        return AtValue(y_min, True, x_min, x_min, i_min, i_min) if x_min - t <= rtol * t else None
+    if t > x_max:
+        return AtValue(y_max, True, x_max, x_max, i_max, i_max) if t - x_max <= rtol * t else None
+    for (x0, y0, i0), (x1, y1, i1) in zip(pts, pts[1:]):
         if x0 < t < x1:
             w = (math.log(t) - math.log(x0)) / (math.log(x1) - math.log(x0))
             if y0 > 0 and y1 > 0:
                 y = math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
             else:
                 y = y0 + w * (y1 - y0)
-            return AtValue(y, False, x0, x1)
-    return None
+            return AtValue(y, False, x0, x1, i0, i1)
+    return None  # unreachable: t lies in [x_min, x_max] and is no point's x

@@ -41,6 +41,7 @@ for the number of claims judged.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -186,6 +187,16 @@ def _sweep_key(rows: pl.DataFrame, row_key) -> tuple[pl.DataFrame, list[str]]:
     return rows.with_columns(pl.Series("_sweep", ids)), key
 
 
+def _varying_params(rows: pl.DataFrame) -> list[str]:
+    """The method parameters whose values differ between the rows' settings (from
+    ``params_json``; none when the table has no such column)."""
+    if "params_json" not in rows.columns:
+        return []
+    params = [json.loads(p) for p in rows["params_json"].unique().to_list() if p is not None]
+    keys = sorted({k for p in params for k in p})
+    return [k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in params}) > 1]
+
+
 def _finite(v: Any) -> bool:
     return v is not None and isinstance(v, int | float) and math.isfinite(v)
 
@@ -214,6 +225,13 @@ def _sweep_cell(
             f"{_describe(filters)} matches {groups.height} sweeps (e.g. {some}): with at, a "
             "selector may span settings and seeds, nothing else; add filters (width, "
             "activations, task, ...) so that it names one"
+        )
+    varying = _varying_params(rows)
+    if len(varying) > 1:
+        raise Inconclusive(
+            f"{_describe(filters)} matches more than one sweep: its settings differ in "
+            f"{', '.join(varying)}; with at, a sweep's settings vary one parameter (give the "
+            "other values their own method entry in the spec, or filter on a column)"
         )
     bad = rows.filter(pl.col("status") != "ok")
     if bad.height:
@@ -244,11 +262,17 @@ def _sweep_cell(
         pts = rows.filter(pl.col("seed") == seed).sort(column)
         xs, ys = pts[column].cast(pl.Float64).to_list(), pts[metric].cast(pl.Float64).to_list()
         names = pts["_setting"].to_list()
-        got = value_at(xs, ys, x)
+        try:
+            got = value_at(xs, ys, x)
+        except ValueError as e:  # a column the sweep does not move
+            raise Inconclusive(
+                f"{stat.label}: seed {seed}'s settings do not move {column} ({e}); at needs a "
+                "column that the sweep's settings change"
+            ) from None
         if got is None:
             dropped.append({"seed": seed, "range": [min(xs), max(xs)]})
             continue
-        low, high = xs.index(got.x_low), xs.index(got.x_high)
+        low, high = got.i_low, got.i_high
         readings.append({
             "seed": seed, "value": got.value, "exact": got.exact,
             "low": {"setting": names[low], column: xs[low], metric: ys[low]},

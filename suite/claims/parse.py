@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,12 +209,22 @@ def _check_at(t: dict[str, Any], columns: dict[str, type], used: list[str], wher
             f"{where}: at: {col!r} is also a filter (where, a, b or order); the sweep is read "
             f"at {col} = x, so {col} cannot also select rows"
         )
+    if used_setting := [c for c in ("setting", "setting_id") if c in used]:
+        raise ClaimError(
+            f"{where}: at: a filter on {used_setting[0]!r} leaves one setting, but at reads "
+            f"{col} across the sweep of settings; drop that filter"
+        )
     values = raw if isinstance(raw, list) else [raw]
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or not math.isfinite(v)
+            or not v > 0
+        ):
             raise ClaimError(
-                f"{where}: at: {col}: {v!r} is not allowed; give a number > 0 or a list of "
-                "them (the sweep is interpolated in log x)"
+                f"{where}: at: {col}: {v!r} is not allowed; give a finite number > 0 or a "
+                "list of them (the sweep is interpolated in log x)"
             )
     if len(set(values)) < len(values):
         raise ClaimError(f"{where}: at: {col}: {values} repeats a value; list each once")

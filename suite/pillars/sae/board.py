@@ -133,7 +133,10 @@ def _read_at(g: pl.DataFrame, seeds: list, t: float) -> dict:
     for seed in seeds:
         pts = g.filter(pl.col("seed") == seed)
         xs = pts["l0"].cast(pl.Float64).to_list()
-        fvu = value_at(xs, pts["fvu"].cast(pl.Float64).to_list(), t)
+        try:
+            fvu = value_at(xs, pts["fvu"].cast(pl.Float64).to_list(), t)
+        except ValueError:  # two settings at one L0: no single reading
+            continue
         if fvu is None:
             continue
         got = {"fvu": fvu}
@@ -221,12 +224,11 @@ def _title(source: str, hookpoint: str | None) -> str:
 
 
 def _pm(col: str) -> pl.Expr:
-    """``mean ± std`` (std 0 for one seed), null where the mean is."""
+    """``mean ± std`` (``± –`` for one seed: no spread was measured), null where the mean is."""
+    std = pl.col(f"{col}_std").round(4).cast(pl.String).fill_null("–")
     return (
         pl.when(pl.col(col).is_not_null())
-        .then(
-            pl.format("{} ± {}", pl.col(col).round(4), pl.col(f"{col}_std").round(4).fill_null(0.0))
-        )
+        .then(pl.format("{} ± {}", pl.col(col).round(4), std))
         .alias(col)
     )
 

@@ -161,6 +161,24 @@ def test_ambiguous_failed_and_missing_sweeps_are_inconclusive(claim):
     assert v.verdict == "inconclusive" and "fvu is missing or not finite in 3" in v.reason
 
 
+def test_a_two_axis_grid_and_a_column_the_sweep_does_not_move_are_inconclusive(claim):
+    # batchtopk's grid varies k and threshold_rule: two sweeps under one method name
+    two_axes = sweep("batchtopk", BATCHTOPK)
+    for r in two_axes:
+        rule = "ema" if r["setting"] == "k=16" else "calibrated"
+        r["params_json"] = f'{{"k": {r["setting"][2:]}, "threshold_rule": "{rule}"}}'
+    topk = sweep("topk", TOPK)
+    for r in topk:
+        r["params_json"] = f'{{"k": {r["setting"][2:]}}}'
+    v = verdict(sae(claim, {**ORDER, "at": {"l0": 8}}), runs(two_axes, topk))
+    assert v.verdict == "inconclusive"
+    assert "settings differ in k, threshold_rule" in v.reason
+    # width is numeric but equal across the sweep: there is nothing to read it at
+    v = verdict(sae(claim, {**ORDER, "at": {"width": 128}}), runs(sweep("batchtopk", BATCHTOPK),
+                topk))  # fmt: skip
+    assert v.verdict == "inconclusive" and "do not move width" in v.reason
+
+
 def test_a_margin_and_another_metric_at_matched_l0(claim):
     # "within 0.025": FVU(a) − FVU(b) ≤ 0.025 at L0 = 8 is an order test with margin 0.025.
     # a at 8: 0.1, 0.08, 0.12 (mean 0.1); b at 8: sqrt(.16·.04) = 0.08, sqrt(.2304·.0144) =

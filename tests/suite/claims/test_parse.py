@@ -175,8 +175,11 @@ def test_at_is_normalised_to_a_list_of_floats(claim_file):
         ({"fvu": 8}, {}, r"at: 'fvu' is the claim's metric"),
         ({"l0": 8}, {"where": {"l0": 8}}, r"at: 'l0' is also a filter"),
         ({"l0": [8, 8.0]}, {}, r"at: l0: \[8, 8\.0\] repeats a value"),
-        ({"l0": 0}, {}, r"claim 'c-1': at: l0: 0 is not allowed; give a number > 0 or a list "
-         r"of them"),
+        ({"l0": 0}, {}, r"claim 'c-1': at: l0: 0 is not allowed; give a finite number > 0 or "
+         r"a list of them"),
+        ({"l0": float("inf")}, {}, r"claim 'c-1': at: l0: inf is not allowed; give a finite"),
+        ({"l0": 8}, {"where": {"setting": "k=8"}}, r"at: a filter on 'setting' leaves one "
+         r"setting, but at reads l0 across the sweep of settings; drop that filter"),
         ({"l0": [4, -1]}, {}, r"claim 'c-1': at: l0: -1 is not allowed"),
         ({"l0": "8"}, {}, r"claim 'c-1': test\.at\.l0: value '8' is invalid; expected a value "
          r"of type number; or"),
