@@ -33,8 +33,9 @@ class Gated(SparseAutoencoder):
     (:meth:`threshold_parameters` is empty). What moves the cut is b_gate and W_gate, ordinary
     encoder parameters that the L1 term λ‖ReLU(π_gate)‖₁ and the auxiliary reconstruction train
     by their true gradients (ReLU(π_gate) is differentiable), not a θ learning only through a
-    step's pseudo-derivative; and λ alone spans the board's L0s at one lr (synthetic source,
-    seed 0: L0 31.6 / 14.7 / 4.5 at λ = 1 / 2.5 / 6.25; docs/sae.md).
+    step's pseudo-derivative; λ alone moves L0 over a decade at one lr (synthetic source,
+    seed 0: L0 31.6 / 14.7 / 4.5 at λ = 1 / 2.5 / 6.25; docs/sae.md), so the board's sweep
+    reaches L0 = 4 by a larger λ (15.6), not by a threshold lr.
 
     Source: Rajamanoharan, Conmy, Smith, Lieberum, Varma, Kramár, Shah, Nanda, "Improving
     Dictionary Learning with Gated Sparse Autoencoders", 2024, Sec. 3 (Eq. 5-9).
