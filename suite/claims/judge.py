@@ -574,7 +574,17 @@ def _judge_at(claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: di
 
     reason = " | ".join(one(v, p) for v, p in parts)
     verdict = _combine([p.verdict for _, p in parts])
-    cells = [c for _, p in parts for c in p.cells]
+    # One slot per selector and x, so that the LaTeX Mean macros keep their letters when one
+    # x could not read a cell (the cells of a part are read in selector order, up to the first
+    # that fails).
+    width = len(claim.selectors)
+    cells = [
+        c
+        for _, p in parts
+        for c in [*p.cells, *(CellStat(selector=sel) for sel in claim.selectors[len(p.cells) :])][
+            : max(width, len(p.cells))
+        ]
+    ]
     single = parts[0][1] if len(parts) == 1 else None
     est, lo, hi = (single.estimate, single.low, single.high) if single else (None, None, None)
     return Verdict(claim, verdict, reason, est, lo, hi, cells, pairs)

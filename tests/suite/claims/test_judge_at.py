@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from sparsebench.suite.claims import judge
-from sparsebench.suite.claims.outputs import to_json
+from sparsebench.suite.claims.outputs import to_json, to_tex
 
 KEYS = {"sae": ("activations", "width", "method", "setting_id", "seed")}
 
@@ -114,6 +114,14 @@ def test_fails_and_several_values_combine_as_a_ranking(claim):
     v = verdict(sae(claim, {**ORDER, "at": {"l0": [8, 64]}}), both)
     assert [p["verdict"] for p in v.pairs] == ["holds", "inconclusive"]
     assert v.verdict == "inconclusive"
+    # an x whose first cell cannot be read keeps its slots: the macros of the next x keep
+    # their letters (A, B at 64: empty; C, D at 8: batchtopk's 0.1, topk's 0.2)
+    v = verdict(sae(claim, {**ORDER, "at": {"l0": [64, 8]}}), both)
+    assert len(v.cells) == 4 and v.cells[0].mean is None and v.cells[1].mean is None
+    tex = to_tex([v])
+    assert "MeanA" not in tex and "MeanB" not in tex
+    assert "\\newcommand{\\claimCOneMeanC}{10.00}" in tex
+    assert "\\newcommand{\\claimCOneMeanD}{20.00}" in tex
 
 
 def test_a_seed_that_does_not_bracket_is_dropped_and_too_few_is_inconclusive(claim):
