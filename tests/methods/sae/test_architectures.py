@@ -63,25 +63,42 @@ def test_calibrated_threshold_keeps_k_per_token_on_the_given_tokens():
     assert calibrated_threshold(-pre, 1) == 0.0  # nothing positive
 
 
-def test_auxk_decodes_the_dead_latents_without_the_decoder_bias():
-    sae = TopK(D, M, TopK.Params(k=2, k_aux=3))
+def _tiny_topk() -> TopK:
+    """d = 2, m = 3, k = k_aux = 1, α = 1, latent 2 the one dead latent (worked out below)."""
+    sae = TopK(2, 3, TopK.Params(k=1, k_aux=1, aux_coeff=1.0))
     with torch.no_grad():
-        sae.b_dec.fill_(5.0)  # a large bias: added twice (sparsify #132) the loss would explode
-    x = _x()
-    pre = sae.pre_acts(x)
-    x_hat = sae.decode(sae.activate(pre))
-    dead = torch.zeros(M, dtype=torch.bool)
-    dead[:6] = True
-    got = auxk_loss(sae, pre, x, x_hat, dead, k_aux=3)
-    p = pre[:, :6]
-    top = p.topk(3, dim=1)
-    z_aux = torch.zeros_like(pre)
-    z_aux[:, :6] = torch.zeros_like(p).scatter(1, top.indices, torch.relu(top.values))
-    by_hand = normalized_mse((x - x_hat).detach(), z_aux @ sae.W_dec)
-    torch.testing.assert_close(got, by_hand)
-    assert auxk_loss(sae, pre, x, x_hat, torch.zeros(M, dtype=torch.bool), 3) == 0
+        sae.W_enc.copy_(torch.tensor([[1.0, 0.0, 0.5], [0.0, 1.0, 0.0]]))
+        sae.W_dec.copy_(torch.tensor([[0.8, 0.6], [0.0, 1.0], [1.0, 0.0]]))
+        sae.b_enc.zero_()
+        sae.b_dec.fill_(5.0)  # a large bias: added twice (sparsify #132) AuxK would explode
+    return sae
+
+
+def test_auxk_and_the_topk_loss_by_hand():
+    """x − b_dec = [[2, 0], [0, 1]] -> pre = [[2, 0, 1], [0, 1, 0]]; k = 1 keeps 2 on latent 0
+    and 1 on latent 1: x̂ − b_dec = [[1.6, 1.2], [0, 1]], e = x − x̂ = [[0.4, −1.2], [0, 0]],
+    ‖x − x̂‖² mean (1.6 + 0) / 2 = 0.8. AuxK: dead latent 2's pre-activations [1, 0] decode
+    (without b_dec) to [[1, 0], [0, 0]]; ‖e − ê‖² mean (0.36 + 1.44) / 2 = 0.9 over e's
+    variance (rows ±[0.2, −0.6] about the mean: 0.4) = 2.25. Var(x) = mean of 1.25, 1.25 =
+    1.25, so L = 0.8 + α · 1.25 · 2.25 = 3.6125 (α = 1)."""
+    sae = _tiny_topk()
+    x = torch.tensor([[7.0, 5.0], [5.0, 6.0]])
+    dead = torch.tensor([False, False, True])
     out = sae(x, TrainState(dead=dead))
-    torch.testing.assert_close(out.parts["aux"], by_hand.detach())
+    assert out.z.tolist() == [[2.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    assert float(out.parts["mse"]) == pytest.approx(0.8)
+    assert float(out.parts["aux"]) == pytest.approx(2.25)
+    assert float(out.loss) == pytest.approx(0.8 + 1.25 * 2.25)
+    pre = sae.pre_acts(x)
+    assert float(auxk_loss(sae, pre, x, out.x_hat, dead, k_aux=1)) == pytest.approx(2.25)
+    assert auxk_loss(sae, pre, x, out.x_hat, torch.zeros(3, dtype=torch.bool), 1) == 0
+    assert float(sae(x, TrainState()).loss) == pytest.approx(0.8)  # nothing dead: no AuxK
+
+
+def test_normalized_mse_by_hand():
+    # target rows [0, 0], [2, 0]: mean [1, 0], variance 1; pred 0: error (0 + 4) / 2 = 2
+    target = torch.tensor([[0.0, 0.0], [2.0, 0.0]])
+    assert float(normalized_mse(target, torch.zeros(2, 2))) == pytest.approx(2.0)
 
 
 def test_jumprelu_counts_each_latent_once_and_its_pseudo_gradients():
@@ -110,31 +127,67 @@ def test_bi_jump_relu_passes_both_signs_and_zeroes_the_band():
 
 def test_sign_aware_latents_take_both_signs_and_l0_counts_them():
     sae = SignAwareGated(D, M, SignAwareGated.Params(threshold_init=0.05))
-    x = _x(256)
-    z = sae.encode(x)
+    z = sae.encode(_x(256))
     assert (z > 0).any() and (z < 0).any()
-    out = sae(x, TrainState())
-    pi = (x - sae.b_dec) @ sae.W_enc + sae.b_enc
-    gate = ((pi > 0.05) | (pi < -0.05)).float()
-    assert float(out.parts["sparsity"]) == pytest.approx(float(gate.sum(1).mean()), rel=1e-6)
-    assert torch.equal(z != 0, (gate > 0) & (sae._parts(x)[3] != 0))
     asym = SignAwareGated(D, M, SignAwareGated.Params(magnitude="asymmetric"))
     assert {"r_neg", "b_neg"} <= {n for n, _ in asym.named_parameters()}
 
 
-def test_gated_fires_where_the_gate_opens_with_the_magnitude_path():
-    sae = Gated(D, M, Gated.Params())
+def _rec_grad_of_w_dec(x, z, x_hat):
+    """∂/∂W_dec of mean_n ‖x − z W_dec − b_dec‖² = −(2/n) zᵀ (x − x̂), the reconstruction
+    term alone: a frozen decoder in the auxiliary term adds nothing to it."""
+    return -2.0 / x.shape[0] * z.T @ (x - x_hat)
+
+
+def test_sign_aware_loss_by_hand_and_its_aux_term_leaves_the_decoder_alone():
+    """W_enc = I, θ± = 0.5, r_mag = log 2: x = [1, −0.8] gives π = [1, −0.8], latent 0 open
+    positive (1 > 0.5), latent 1 open negative (0.8 > 0.5), μ = 2|π| -> z = [2, −1.6].
+    x̂ = 2·[0.6, 0.8] − 1.6·[0, 1] = [1.2, 0]: ‖x − x̂‖² = 0.04 + 0.64 = 0.68; L0 = 2; the
+    gate's own output [1, −0.8] decodes to [0.6, 0]: aux = 0.16 + 0.64 = 0.8."""
+    sae = SignAwareGated(2, 2, SignAwareGated.Params(threshold_init=0.5))
     with torch.no_grad():
+        sae.W_enc.copy_(torch.eye(2))
+        sae.W_dec.copy_(torch.tensor([[0.6, 0.8], [0.0, 1.0]]))
         sae.r_mag.fill_(math.log(2.0))
-        sae.b_mag.fill_(0.0)
-    x = _x()
-    pi, f_mag = sae.paths(x)
-    torch.testing.assert_close(f_mag, torch.relu(2.0 * ((x - sae.b_dec) @ sae.W_enc)))
-    z = sae.encode(x)
-    assert torch.equal(z != 0, (pi > 0) & (f_mag > 0))
-    out = sae(x, TrainState())
-    aux = ((x - (torch.relu(pi) @ sae.W_dec + sae.b_dec)) ** 2).sum(1).mean()
-    torch.testing.assert_close(out.parts["aux"], aux.detach())
+    x = torch.tensor([[1.0, -0.8]])
+    out = sae(x, TrainState(frac=1.0))
+    torch.testing.assert_close(out.z, torch.tensor([[2.0, -1.6]]))
+    torch.testing.assert_close(out.x_hat, torch.tensor([[1.2, 0.0]]))
+    assert float(out.parts["mse"]) == pytest.approx(0.68)
+    assert float(out.parts["sparsity"]) == pytest.approx(2.0)
+    assert float(out.parts["aux"]) == pytest.approx(0.8)
+    assert float(out.loss) == pytest.approx(0.68 + 1.0 * 2.0 + 0.8)
+    out.loss.backward()
+    # (0.8, 3.2), (−0.64, −2.56); a trainable decoder in aux would add (−0.8, 1.6), (0.64, −1.28)
+    torch.testing.assert_close(sae.W_dec.grad, torch.tensor([[0.8, 3.2], [-0.64, -2.56]]))
+    torch.testing.assert_close(sae.W_dec.grad, _rec_grad_of_w_dec(x, out.z, out.x_hat).detach())
+    # inside the band nothing fires: π = 0.3 < θ⁺ on latent 0, −0.2 > −θ⁻ on latent 1
+    assert sae.encode(torch.tensor([[0.3, -0.2]])).tolist() == [[0.0, 0.0]]
+
+
+def test_gated_loss_by_hand_and_its_aux_term_leaves_the_decoder_alone():
+    """W_enc = I, b_enc = [0, −0.5], r_mag = log 2: x = [1, 0.2] gives π = [1, −0.3] (latent
+    1's gate shut), f_mag = ReLU(2 x) = [2, 0.4], z = [2, 0]. x̂ = 2·[0.6, 0.8] = [1.2, 1.6]:
+    ‖x − x̂‖² = 0.04 + 1.96 = 2; L1 of ReLU(π) = 1; aux decodes ReLU(π) = [1, 0] with the
+    frozen decoder to [0.6, 0.8]: 0.16 + 0.36 = 0.52. L = 2 + 1 + 0.52 (λ = 1, warmed up)."""
+    sae = Gated(2, 2, Gated.Params())
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.eye(2))
+        sae.b_enc.copy_(torch.tensor([0.0, -0.5]))
+        sae.W_dec.copy_(torch.tensor([[0.6, 0.8], [1.0, 0.0]]))
+        sae.r_mag.fill_(math.log(2.0))
+    x = torch.tensor([[1.0, 0.2]])
+    torch.testing.assert_close(sae.encode(x), torch.tensor([[2.0, 0.0]]))
+    out = sae(x, TrainState(frac=1.0))
+    torch.testing.assert_close(out.x_hat, torch.tensor([[1.2, 1.6]]))
+    assert float(out.parts["mse"]) == pytest.approx(2.0)
+    assert float(out.parts["sparsity"]) == pytest.approx(1.0)
+    assert float(out.parts["aux"]) == pytest.approx(0.52)
+    assert float(out.loss) == pytest.approx(3.52)
+    out.loss.backward()
+    # −2 zᵀ(x − x̂): row 0 = −4·(−0.2, −1.4); a trainable decoder in aux would add (−0.8, 1.2)
+    torch.testing.assert_close(sae.W_dec.grad, torch.tensor([[0.8, 5.6], [0.0, 0.0]]))
+    torch.testing.assert_close(sae.W_dec.grad, _rec_grad_of_w_dec(x, out.z, out.x_hat).detach())
 
 
 def test_relu_l1_weights_the_l1_by_decoder_norm():
@@ -160,8 +213,21 @@ def test_matryoshka_prefixes_reconstruct_from_their_own_latents_only():
     for i, m in enumerate(sae.prefixes):
         same = torch.allclose(recs[i], recs2[i])
         assert same == (m <= 8), m
-    out = sae(_x(), TrainState())
-    assert "prefix_mse" in out.parts
+
+
+def test_matryoshka_loss_is_the_mean_of_its_prefix_losses_by_hand():
+    """m = 4, prefixes [2, 4]; latents 0 and 2 decode to [1, 0]. z = [1, 0, 2, 0] and
+    x = [3, 0]: the first prefix reconstructs [1, 0] (error 4), the whole [3, 0] (error 0);
+    the mean over the two prefixes is 2 (their sum would be 4)."""
+    sae = MatryoshkaBatchTopK(2, 4, MatryoshkaBatchTopK.Params(k=1, prefix_fractions=(0.5, 1.0)))
+    assert sae.prefixes == [2, 4]
+    with torch.no_grad():
+        sae.W_dec.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]))
+    x = torch.tensor([[3.0, 0.0]])
+    x_hat, loss, parts = sae.reconstruction(x, torch.tensor([[1.0, 0.0, 2.0, 0.0]]))
+    assert x_hat.tolist() == [[3.0, 0.0]]
+    assert float(loss) == pytest.approx(2.0)
+    assert float(parts["prefix_mse"]) == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("name", list(registry.all_methods(("sae",))))
