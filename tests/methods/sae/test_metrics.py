@@ -20,25 +20,29 @@ def test_ev_of_the_mean_is_zero_and_of_x_is_one():
     assert s.fvu == pytest.approx(0.0, abs=1e-12) and s.mse == 0.0
 
 
-def test_a_constant_offset_does_not_inflate_ev():
-    """SAELens #659: EV about zero would turn 0.5 into about 0.99 here."""
-    x = _x()
-    x_hat = 0.5 * x  # EV = 1 - 0.25 = 0.75 about the mean (x has mean ~0)
-    base = metrics.explained_variance(x, x_hat)
-    off = torch.full((8,), 10.0)
-    assert metrics.explained_variance(x + off, x_hat + off) == pytest.approx(base, abs=1e-9)
-    about_zero = 1 - ((x - x_hat) ** 2).sum() / ((x + off) ** 2).sum()
-    assert float(about_zero) > 0.99 > base + 0.2
-
-
-def test_streamed_ev_equals_the_one_batch_value_numerator_and_denominator_apart():
-    x, x_hat = _x(), _x(seed=1) * 0.1 + _x()
+def test_ev_by_hand_and_streamed_numerator_and_denominator_apart():
+    """x = [[1, 2], [3, 4], [5, 0]]: mean [3, 2], ‖x − x̄‖² = 4, 4, 8 (mean 16/3); x̂ off by
+    [1, 0], [0, −1], [1, 1]: ‖x − x̂‖² = 1, 1, 2 (mean 4/3). EV = 1 − (4/3)/(16/3) = 0.75,
+    MSE = 4/3. Streamed in batches of 2 and 1 the sums give the same 0.75, where a per-batch
+    ratio would not (batch 1: variance 2, error 1 -> 0.5; batch 2: one token, no variance)."""
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 0.0]])
+    x_hat = x + torch.tensor([[1.0, 0.0], [0.0, -1.0], [1.0, 1.0]])
+    assert metrics.explained_variance(x, x_hat) == pytest.approx(0.75)
     s = metrics.ReconstructionStats()
-    for i in range(0, 200, 30):  # uneven batches
-        s.update(x[i : i + 30], x_hat[i : i + 30])
-    assert s.explained_variance == pytest.approx(metrics.explained_variance(x, x_hat))
-    by_hand = 1 - ((x - x_hat) ** 2).sum(1).mean() / ((x - x.mean(0)) ** 2).sum(1).mean()
-    assert s.explained_variance == pytest.approx(float(by_hand), rel=1e-6)
+    s.update(x[:2], x_hat[:2])
+    s.update(x[2:], x_hat[2:])
+    assert s.explained_variance == pytest.approx(0.75)
+    assert s.fvu == pytest.approx(0.25)
+    assert s.mse == pytest.approx(4 / 3)
+    assert s.variance == pytest.approx(16 / 3)
+
+
+def test_a_constant_offset_does_not_inflate_ev():
+    """SAELens #659. The same x, x̂ as above shifted by +100 in both coordinates: about the
+    mean EV stays 0.75; about zero it would be 1 − (4/3) / E‖x‖² with E‖x‖² ≈ 2·100² -> 0.99993."""
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 0.0]])
+    x_hat = x + torch.tensor([[1.0, 0.0], [0.0, -1.0], [1.0, 1.0]])
+    assert metrics.explained_variance(x + 100.0, x_hat + 100.0) == pytest.approx(0.75)
 
 
 def test_l0_counts_negative_latents_and_firing_stats():
