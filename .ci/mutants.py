@@ -1,0 +1,179 @@
+"""Mutation testing of methods/<family> with mutmut, one family at a time (``make mutants``).
+
+    python .ci/mutants.py run [FAMILY ...] [--max-children N] [--sample N]
+    python .ci/mutants.py score [FAMILY ...]        # the per-family table of the last runs
+    python .ci/mutants.py survivors FAMILY          # the surviving mutants' names
+
+Why a staging tree: mutmut copies the code it mutates into ``mutants/`` and names each mutant
+after the file's path (``methods/sae/topk.py`` -> ``methods.sae.topk``), and its trampoline
+only switches a mutant on inside the module whose ``__name__`` is that name. Our code folders
+install under other names (setup.py's ``package-dir``: ``methods/`` is
+``sparsebench.methods``), so run from the repo root no mutant would ever be active. Each family
+runs instead in ``build/mutation/<family>/``, a tree of links where the path *is* the import
+name: ``sparsebench/__init__.py`` and ``sparsebench/methods`` (-> ``methods/``) and ``tests``.
+mutmut copies ``sparsebench/methods/<family>`` there into ``mutants/`` and puts ``mutants/``
+first on sys.path, so ``sparsebench``, ``sparsebench.methods`` and the family import from the
+mutated copy under their real names; every other package (``sparsebench.suite``, the other
+families) is not in the copy and falls through to the editable install's finder, unmutated.
+
+Settings: ``[tool.mutmut]`` of pyproject.toml (mutmut's own keys, shared by every family) and
+``[tool.mutmut.families.<family>]`` (``tests``: the fast unit tests, ``exclude``: files left
+out, with the reason in a comment there); the staging pyproject.toml joins them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE = ROOT / "build" / "mutation"
+MUTMUT = Path(sys.executable).parent / "mutmut"
+# mutmut's exit-code statuses (mutmut.stats.status_by_exit_code), folded into our columns
+KILLED = {1, 3, 36, 37, -24, 24, 152, 255}  # a test failed, errored or timed out
+SURVIVED = {0}
+
+
+def settings() -> tuple[dict, dict[str, dict]]:
+    """(mutmut's shared keys, the families) from pyproject.toml."""
+    cfg = dict(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"])
+    return cfg, cfg.pop("families")
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    raise TypeError(f"no TOML for {value!r}")
+
+
+def stage(family: str) -> Path:
+    """build/mutation/<family>/: the link tree and its pyproject.toml (mutmut + pytest keys)."""
+    shared, families = settings()
+    fam = families[family]
+    d = STAGE / family
+    (d / "sparsebench").mkdir(parents=True, exist_ok=True)
+    for link, target in (
+        ("sparsebench/__init__.py", ROOT / "sparsebench" / "__init__.py"),
+        ("sparsebench/methods", ROOT / "methods"),
+        ("tests", ROOT / "tests"),
+    ):
+        if not (d / link).is_symlink():
+            (d / link).symlink_to(target)
+    src = f"sparsebench/methods/{family}"
+    mutmut = {
+        **shared,
+        "source_paths": [src],
+        "do_not_mutate": [f"{src}/{name}" for name in fam.get("exclude", [])],
+        "also_copy": ["sparsebench/__init__.py", "sparsebench/methods/__init__.py"],
+        "pytest_add_cli_args_test_selection": list(fam["tests"]),
+    }
+    pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    lines = ["[tool.mutmut]", *(f"{k} = {_toml(v)}" for k, v in mutmut.items()), ""]
+    lines += ["[tool.pytest.ini_options]"]
+    lines += [f"{k} = {_toml(v)}" for k, v in pytest_ini["ini_options"].items()]
+    (d / "pyproject.toml").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def _env() -> dict[str, str]:
+    # one thread per worker: mutmut forks its workers, and a forked OpenMP pool can hang
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def statuses(family: str) -> dict[str, int | None]:
+    """Every mutant of the family's last run -> mutmut's exit code (None: not run)."""
+    out: dict[str, int | None] = {}
+    for meta in sorted((STAGE / family / "mutants").rglob("*.py.meta")):
+        out.update(json.loads(meta.read_text())["exit_code_by_key"])
+    return out
+
+
+def run(family: str, max_children: int, sample: int | None) -> float:
+    """One family's mutmut run; seconds it took. ``sample``: a seeded random sample of that
+    many mutants (for a family whose tests are too slow to run every mutant)."""
+    d = stage(family)
+    names: list[str] = []
+    if sample:
+        # generate the mutants without running any: `mutmut run` on a name that matches none
+        # fails after generation, so list them from the meta files instead
+        subprocess.run([str(MUTMUT), "print-time-estimates"], cwd=d, env=_env(), check=False,
+                       capture_output=True)  # fmt: skip
+        every = sorted(statuses(family))
+        names = sorted(random.Random(0).sample(every, min(sample, len(every))))
+    start = time.time()
+    cmd = [str(MUTMUT), "run", "--max-children", str(max_children), *names]
+    subprocess.run(cmd, cwd=d, env=_env(), check=False)
+    return time.time() - start
+
+
+def score(family: str) -> dict[str, int]:
+    codes = statuses(family)
+    c = Counter(
+        "killed" if v in KILLED else "survived" if v in SURVIVED else "no tests" if v in (5, 33)
+        else "not run" if v is None else "other"
+        for v in codes.values()
+    )  # fmt: skip
+    return {"total": len(codes), **c}
+
+
+def table(families: list[str]) -> str:
+    rows = ["| family | killed | survived | no tests | not run | score |", "|---" * 6 + "|"]
+    for f in families:
+        s = score(f)
+        tried = s.get("killed", 0) + s.get("survived", 0) + s.get("no tests", 0)
+        pct = f"{100 * s.get('killed', 0) / tried:.1f} %" if tried else "-"
+        rows.append(
+            f"| {f} | {s.get('killed', 0)} | {s.get('survived', 0)} | {s.get('no tests', 0)} "
+            f"| {s.get('not run', 0)} | {pct} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _, families = settings()
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("command", choices=["run", "score", "survivors"])
+    p.add_argument("families", nargs="*", default=list(families))
+    p.add_argument("--max-children", type=int, default=1)
+    p.add_argument("--sample", type=int, default=None)
+    p.add_argument("--diff", action="store_true", help="survivors: each one's changed lines")
+    a = p.parse_args(argv)
+    unknown = set(a.families) - set(families)
+    if unknown:
+        p.error(f"unknown families {sorted(unknown)}; known: {sorted(families)}")
+    if a.command == "survivors":
+        for f in a.families:
+            for name in (k for k, v in sorted(statuses(f).items()) if v in SURVIVED):
+                print(name)
+                if a.diff:
+                    shown = subprocess.run([str(MUTMUT), "show", name], cwd=STAGE / f,
+                                           capture_output=True, text=True).stdout  # fmt: skip
+                    for line in shown.splitlines():
+                        if line[:1] in "+-" and line[:3] not in ("+++", "---"):
+                            print("    " + line)
+        return 0
+    if a.command == "run":
+        for f in a.families:
+            sample = a.sample or families[f].get("sample")
+            secs = run(f, a.max_children, sample)
+            print(f"{f}: {secs:.0f} s")
+    print(table(a.families))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
