@@ -1,6 +1,7 @@
 """Mutation testing of methods/<family> with mutmut, one family at a time (``make mutants``).
 
     python .ci/mutants.py run [FAMILY ...] [--max-children N] [--sample N]
+    python .ci/mutants.py rerun [FAMILY ...]        # survivors again, after new tests
     python .ci/mutants.py score [FAMILY ...]        # the per-family table of the last runs
     python .ci/mutants.py survivors FAMILY          # the surviving mutants' names
 
@@ -102,19 +103,28 @@ def statuses(family: str) -> dict[str, int | None]:
     return out
 
 
+def sampled(family: str, names: list[str], sample: int | None) -> list[str]:
+    """The seeded random sample of ``sample`` mutant names a sampled family is scored on
+    (all of them without a sample)."""
+    if not sample:
+        return names
+    return sorted(random.Random(0).sample(sorted(names), min(sample, len(names))))
+
+
 def run(family: str, max_children: int, sample: int | None) -> float:
-    """One family's mutmut run; seconds it took. ``sample``: a seeded random sample of that
-    many mutants (for a family whose tests are too slow to run every mutant)."""
+    """One family's mutmut run; seconds it took. ``sample``: run and score only a seeded
+    random sample of that many mutants (a family with too many mutants for one sitting)."""
     d = stage(family)
+    start = time.time()
     names: list[str] = []
     if sample:
-        # generate the mutants without running any: `mutmut run` on a name that matches none
-        # fails after generation, so list them from the meta files instead
-        subprocess.run([str(MUTMUT), "print-time-estimates"], cwd=d, env=_env(), check=False,
-                       capture_output=True)  # fmt: skip
-        every = sorted(statuses(family))
-        names = sorted(random.Random(0).sample(every, min(sample, len(every))))
-    start = time.time()
+        if not statuses(family):  # generate the mutants: a filter matching none stops after it
+            subprocess.run([str(MUTMUT), "run", "generate-only-matches-no-mutant"], cwd=d,
+                           env=_env(), check=False, capture_output=True)  # fmt: skip
+        codes = statuses(family)
+        names = [n for n in sampled(family, list(codes), sample) if codes[n] is None]
+        if not names:
+            return time.time() - start
     cmd = [str(MUTMUT), "run", "--max-children", str(max_children), *names]
     subprocess.run(cmd, cwd=d, env=_env(), check=False)
     return time.time() - start
@@ -122,6 +132,7 @@ def run(family: str, max_children: int, sample: int | None) -> float:
 
 def score(family: str) -> dict[str, int]:
     codes = statuses(family)
+    codes = {n: codes[n] for n in sampled(family, list(codes), settings()[1][family].get("sample"))}
     c = Counter(
         "killed" if v in KILLED else "survived" if v in SURVIVED else "no tests" if v in (5, 33)
         else "not run" if v is None else "other"
@@ -146,7 +157,7 @@ def table(families: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     _, families = settings()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=["run", "score", "survivors"])
+    p.add_argument("command", choices=["run", "rerun", "score", "survivors"])
     p.add_argument("families", nargs="*", default=list(families))
     p.add_argument("--max-children", type=int, default=1)
     p.add_argument("--sample", type=int, default=None)
@@ -157,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown families {sorted(unknown)}; known: {sorted(families)}")
     if a.command == "survivors":
         for f in a.families:
-            for name in (k for k, v in sorted(statuses(f).items()) if v in SURVIVED):
+            codes = statuses(f)
+            keep = set(sampled(f, list(codes), families[f].get("sample")))
+            for name in (k for k, v in sorted(codes.items()) if v in SURVIVED and k in keep):
                 print(name)
                 if a.diff:
                     shown = subprocess.run([str(MUTMUT), "show", name], cwd=STAGE / f,
@@ -166,6 +179,16 @@ def main(argv: list[str] | None = None) -> int:
                         if line[:1] in "+-" and line[:3] not in ("+++", "---"):
                             print("    " + line)
         return 0
+    if a.command == "rerun":  # after new tests: the survivors and untested mutants again
+        for f in a.families:
+            codes = statuses(f)
+            keep = set(sampled(f, list(codes), families[f].get("sample")))
+            names = [k for k, v in sorted(codes.items()) if v in SURVIVED | {5, 33} and k in keep]
+            start = time.time()
+            if names:
+                subprocess.run([str(MUTMUT), "run", "--max-children", str(a.max_children),
+                                *names], cwd=stage(f), env=_env(), check=False)  # fmt: skip
+            print(f"{f}: {len(names)} rerun in {time.time() - start:.0f} s")
     if a.command == "run":
         for f in a.families:
             sample = a.sample or families[f].get("sample")

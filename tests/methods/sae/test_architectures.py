@@ -271,3 +271,84 @@ def test_gated_magnitude_pseudo_gradient_by_hand():
     out.sum().backward()
     assert theta.grad.tolist() == pytest.approx([-5.0, -7.5, 0.0])  # −(μ/ε)·1[|u−θ| < ε/2]
     assert mu.grad.tolist() == [[0.0, 1.0, 1.0]]
+
+
+def test_gated_by_hand_with_a_decoder_bias_two_tokens_and_the_warm_up():
+    """The case above shifted by b_dec = [1, −1] (x − b_dec and x − x̂ unchanged, so every
+    number is the same), on two copies of the token, at half of λ's warm-up:
+    L = 2 + 0.5 · 1 + 0.52 = 3.02."""
+    sae = Gated(2, 2, Gated.Params(l1_warmup_frac=0.05))
+    b = torch.tensor([1.0, -1.0])
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.eye(2))
+        sae.b_enc.copy_(torch.tensor([0.0, -0.5]))
+        sae.W_dec.copy_(torch.tensor([[0.6, 0.8], [1.0, 0.0]]))
+        sae.r_mag.fill_(math.log(2.0))
+        sae.b_dec.copy_(b)
+    x = torch.tensor([[1.0, 0.2], [1.0, 0.2]]) + b
+    out = sae(x, TrainState(frac=0.025))
+    torch.testing.assert_close(out.z, torch.tensor([[2.0, 0.0], [2.0, 0.0]]))
+    assert float(out.parts["sparsity"]) == pytest.approx(1.0)
+    assert float(out.parts["aux"]) == pytest.approx(0.52)
+    assert float(out.loss) == pytest.approx(2.0 + 0.5 * 1.0 + 0.52)
+    # the gate opens strictly above 0: π = 0 on latent 1 stays shut
+    assert sae.encode(torch.tensor([[1.0, 0.5]]) + b)[0, 1] == 0.0
+
+
+def test_sign_aware_by_hand_with_biases_two_tokens_and_the_warm_up():
+    """b_enc = [0.1, 0], b_mag = 0.5, b_dec = [1, −1] (x shifted by it), two copies of
+    x − b_dec = [1, −0.8], λ at half of its warm-up. π = [1.1, −0.8]: both open (latent 1
+    negative); μ = ReLU(±2 x̃ + 0.5) = [2.5, 2.1] -> z = [2.5, −2.1]; x̂ − b_dec = 2.5·[0.6,
+    0.8] − 2.1·[0, 1] = [1.5, −0.1]: ‖x − x̂‖² = 0.25 + 0.49 = 0.74. The gate's output
+    [1.1, −0.8] decodes to [0.66, 0.08]: aux = 0.34² + 0.88² = 0.89. L = 0.74 + 0.5·2 + 0.89."""
+    b = torch.tensor([1.0, -1.0])
+
+    def build(**kw):
+        sae = SignAwareGated(2, 2, SignAwareGated.Params(threshold_init=0.5, **kw))
+        with torch.no_grad():
+            sae.W_enc.copy_(torch.eye(2))
+            sae.W_dec.copy_(torch.tensor([[0.6, 0.8], [0.0, 1.0]]))
+            sae.b_enc.copy_(torch.tensor([0.1, 0.0]))
+            sae.r_mag.fill_(math.log(2.0))
+            sae.b_mag.fill_(0.5)
+            sae.b_dec.copy_(b)
+        return sae
+
+    sae = build(sparsity_warmup_frac=0.1)
+    x = torch.tensor([[1.0, -0.8], [1.0, -0.8]]) + b
+    out = sae(x, TrainState(frac=0.05))
+    torch.testing.assert_close(out.z, torch.tensor([[2.5, -2.1], [2.5, -2.1]]))
+    assert float(out.parts["mse"]) == pytest.approx(0.74)
+    assert float(out.parts["sparsity"]) == pytest.approx(2.0)
+    assert float(out.parts["aux"]) == pytest.approx(0.89)
+    assert float(out.loss) == pytest.approx(0.74 + 0.5 * 2.0 + 0.89)
+    out.loss.backward()
+    # −(2/n) zᵀ(x − x̂) with e = [−0.5, −0.7] on both tokens
+    torch.testing.assert_close(sae.W_dec.grad, torch.tensor([[2.5, 3.5], [-2.1, -2.94]]))
+    # asymmetric: the negative polarity reads its own path, μ₋ = ReLU(−3 x̃ + 0.2) = 2.6
+    asym = build(magnitude="asymmetric")
+    with torch.no_grad():
+        asym.r_neg.fill_(math.log(3.0))
+        asym.b_neg.fill_(0.2)
+    torch.testing.assert_close(asym.encode(x[:1]), torch.tensor([[2.5, -2.6]]))
+
+
+def test_jumprelu_loss_by_hand_with_the_warm_up():
+    """W_enc = I, b_enc = [0, 0.1], θ = 0.3, b_dec = [1, −1] (JumpReLU does not subtract it
+    from x). Tokens [1, 0.1] and [1, 0.5]: pre = [1, 0.2] (latent 1 under θ) and [1, 0.6];
+    x̂ = [0.6, 0.8] + b_dec = [1.6, −0.2] and + 0.6·[1, 0] = [2.2, −0.2]; errors 0.36 + 0.09
+    and 1.44 + 0.49: MSE (0.45 + 1.93) / 2 = 1.19, L0 (1 + 2) / 2 = 1.5; λ = 0.5 at half of
+    its warm-up: L = 1.19 + 0.75."""
+    sae = JumpReLU(2, 2, JumpReLU.Params(threshold_init=0.3, sparsity_warmup_frac=0.1))
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.eye(2))
+        sae.b_enc.copy_(torch.tensor([0.0, 0.1]))
+        sae.W_dec.copy_(torch.tensor([[0.6, 0.8], [1.0, 0.0]]))
+        sae.b_dec.copy_(torch.tensor([1.0, -1.0]))
+    x = torch.tensor([[1.0, 0.1], [1.0, 0.5]])
+    out = sae(x, TrainState(frac=0.05))
+    torch.testing.assert_close(out.z, torch.tensor([[1.0, 0.0], [1.0, 0.6]]))
+    torch.testing.assert_close(sae.encode(x), out.z)
+    assert float(out.parts["mse"]) == pytest.approx(1.19)
+    assert float(out.parts["sparsity"]) == pytest.approx(1.5)
+    assert float(out.loss) == pytest.approx(1.19 + 0.5 * 1.5)
