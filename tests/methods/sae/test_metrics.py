@@ -97,3 +97,37 @@ def test_sparse_probe_picks_the_informative_latent():
     assert metrics.sparse_probe_accuracy(z[:200], y[:200], z[200:], y[200:], k=1) == 1.0
     with pytest.raises(ValueError, match="both classes"):
         metrics.top_latents(z, torch.ones(400), 1)
+
+
+def test_l0_bipolar_share_and_recovery_at_their_boundaries_by_hand():
+    # 1, 3 and 2 nonzeros: L0 = 2; then 1 and 4 nonzeros: 2.5 (its zeros average 1.5)
+    z = torch.tensor([[0.0, 1.0, 0.0, 0.0], [2.0, -1.0, 3.0, 0.0], [0.0, 0.0, -1.0, 4.0]])
+    assert metrics.l0(z) == pytest.approx(2.0)
+    assert metrics.l0(torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 2.0, -3.0, 4.0]])) == 2.5
+    # latent 0 fires +,+,+,+,+,+,+,+,+,− : negative share exactly 0.1 = the default min_share
+    f = metrics.FiringStats(2)
+    f.update(torch.tensor([[1.0, 0.0]] * 9 + [[-1.0, 2.0]]))
+    assert f.n == 10 and f.fires.tolist() == [10, 1] and f.neg.tolist() == [1, 0]
+    assert f.bipolar_fraction() == pytest.approx(0.5)  # latent 0 of the two that fire
+    assert f.bipolar_fraction(0.11) == 0.0
+    assert metrics.FiringStats(3).bipolar_fraction() == 0.0  # nothing fired
+    assert f.dense_fraction(0.1) == pytest.approx(0.5)  # latent 1 fires on 0.1: not above
+    # a latent at cos 0.6 with its true feature: recovered at threshold 0.6, not above
+    true = torch.tensor([[1.0, 0.0]])
+    assert metrics.recovery_rate(torch.tensor([[0.6, 0.8]]), true, threshold=0.6) == 1.0
+    assert metrics.recovery_rate(torch.tensor([[0.6, 0.8]]), true) == 0.0  # default 0.9
+    assert metrics.mcc(torch.tensor([[0.6, 0.8]]), true) == pytest.approx(0.6)
+    assert metrics.mcc(torch.tensor([[0.3, 0.4]]), true) == pytest.approx(0.6)  # not unit
+
+
+def test_top_latents_rank_the_difference_of_class_means_and_shrinkage_by_hand():
+    # class means: latent 0 [3, 3] (no difference), latent 1 [2, 1] (difference 1)
+    z = torch.tensor([[3.0, 2.0], [3.0, 2.0], [3.0, 1.0], [3.0, 1.0]])
+    y = torch.tensor([1, 1, 0, 0])
+    assert metrics.top_latents(z, y, 1).tolist() == [1]
+    with pytest.raises(ValueError, match="^sparse probing needs both classes in the training"):
+        metrics.top_latents(z, torch.zeros(4), 1)
+    # shrinkage γ = E‖x̂‖² / E⟨x̂, x⟩: tokens x = [1, 0], [0, 2], x̂ = [0.5, 0], [0, 1]:
+    # (0.25 + 1) / 2 over (0.5 + 2) / 2 = 0.5
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    assert metrics.shrinkage(x, torch.tensor([[0.5, 0.0], [0.0, 1.0]])) == pytest.approx(0.5)
