@@ -352,3 +352,90 @@ def test_jumprelu_loss_by_hand_with_the_warm_up():
     assert float(out.parts["mse"]) == pytest.approx(1.19)
     assert float(out.parts["sparsity"]) == pytest.approx(1.5)
     assert float(out.loss) == pytest.approx(1.19 + 0.5 * 1.5)
+
+
+def test_every_threshold_is_strict_at_equality():
+    """A pre-activation exactly at its threshold does not fire (0.25, 0.5: exact in binary)."""
+    pre = torch.tensor([[0.25, 0.5]])
+    theta = torch.tensor([0.25, 0.25])
+    assert JumpReLUFn.apply(pre, theta, 0.5).tolist() == [[0.0, 0.5]]
+    assert StepFn.apply(pre, theta, 0.5).tolist() == [[0.0, 1.0]]
+    jr = JumpReLU(2, 2, JumpReLU.Params(threshold_init=0.25))
+    with torch.no_grad():
+        jr.W_enc.copy_(torch.eye(2))
+    assert jr.encode(pre).tolist() == [[0.0, 0.5]]
+    u = torch.tensor([-0.5, -0.25, 0.25, 0.5])
+    assert bi_jump_relu(u, torch.tensor(0.25), torch.tensor(0.25)).tolist() == [-0.5, 0, 0, 0.5]
+    from sparsebench.methods.sae.sign_aware_gated import GatedMagnitudeFn
+
+    mu = torch.tensor([[2.0, 3.0]])
+    assert GatedMagnitudeFn.apply(pre, theta, mu, 0.5).tolist() == [[0.0, 3.0]]
+    g = Gated(2, 2, Gated.Params())
+    with torch.no_grad():
+        g.W_enc.copy_(torch.eye(2))
+        g.b_enc.copy_(torch.tensor([0.0, -0.5]))
+    out = g(pre)  # π = [0.25, 0]: latent 1's gate exactly at 0 stays shut in training too
+    assert out.z[0, 1] == 0.0 and out.z[0, 0] > 0
+    b = BatchTopK(2, 2, BatchTopK.Params(k=1))
+    with torch.no_grad():
+        b.W_enc.copy_(torch.eye(2))
+        b.threshold.fill_(0.25)
+    b.eval()
+    assert b.encode(pre).tolist() == [[0.0, 0.5]]
+
+
+def test_pseudo_gradients_at_the_kernel_edges_and_with_an_upstream_weight():
+    """ε = 0.5: the rectangle covers |pre − θ| < 0.25. pre − θ = 0.25 (its edge: outside),
+    0.1875 (inside, though outside ε/3) and 0 (inside, and where the gate is shut), with an
+    upstream gradient of 2."""
+    pre = torch.tensor([[0.5, 0.4375, 0.25]], requires_grad=True)
+    theta = torch.tensor([0.25, 0.25, 0.25], requires_grad=True)
+    (2 * StepFn.apply(pre, theta, 0.5)).sum().backward()
+    assert theta.grad.tolist() == pytest.approx([0.0, -4.0, -4.0])  # −(2/ε)·K
+    theta.grad = None
+    (2 * JumpReLUFn.apply(pre, theta, 0.5)).sum().backward()
+    assert theta.grad.tolist() == pytest.approx([0.0, -1.0, -1.0])  # −(θ/ε)·K·2
+    assert pre.grad.tolist() == [[2.0, 2.0, 0.0]]  # H(pre > θ)·2: nothing at equality
+    from sparsebench.methods.sae.sign_aware_gated import GatedMagnitudeFn
+
+    mu = torch.tensor([[1.0, 3.0, 5.0]], requires_grad=True)
+    theta.grad = None
+    (2 * GatedMagnitudeFn.apply(pre.detach(), theta, mu, 0.5)).sum().backward()
+    assert theta.grad.tolist() == pytest.approx([0.0, -12.0, -20.0])  # −(μ/ε)·K·2
+    assert mu.grad.tolist() == [[2.0, 2.0, 0.0]]
+
+
+def test_every_architecture_starts_from_its_seed():
+    for name, info in registry.all_methods(("sae",)).items():
+        a = info.cls(D, M, info.params_cls(), seed=3).W_dec.detach()
+        unit = a / a.norm(dim=1, keepdim=True)
+        ref = TopK(D, M, TopK.Params(k=1), seed=3).W_dec.detach()
+        torch.testing.assert_close(unit, ref, msg=name)
+        assert not torch.equal(a, info.cls(D, M, info.params_cls()).W_dec.detach()), name
+
+
+def test_biases_enter_with_their_sign():
+    relu = ReluL1(2, 2, ReluL1.Params())
+    with torch.no_grad():
+        relu.W_enc.copy_(torch.eye(2))
+        relu.b_enc.copy_(torch.tensor([0.5, -0.5]))
+    assert relu.encode(torch.tensor([[1.0, 1.0]])).tolist() == [[1.5, 0.5]]
+    g = Gated(2, 2, Gated.Params())
+    with torch.no_grad():
+        g.W_enc.copy_(torch.eye(2))
+        g.b_mag.copy_(torch.tensor([0.5, -0.5]))
+    assert g.paths(torch.tensor([[1.0, 1.0]]))[1].tolist() == [[1.5, 0.5]]
+    m = MatryoshkaBatchTopK(2, 4, MatryoshkaBatchTopK.Params(k=1, prefix_fractions=(0.5, 1.0)))
+    with torch.no_grad():
+        m.W_dec.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]))
+        m.b_dec.copy_(torch.tensor([1.0, -1.0]))
+    recs = m.prefix_reconstructions(torch.tensor([[1.0, 0.0, 2.0, 0.0]]))
+    assert [r.tolist() for r in recs] == [[[2.0, -1.0]], [[4.0, -1.0]]]
+
+
+def test_prefix_sizes_by_hand():
+    # width 4: 0.1 -> round(0.4) = 0 -> at least 1; 0.2 -> 1 again (skipped); 0.5 -> 2; + 4
+    assert prefix_sizes(4, (0.1, 0.2, 0.5)) == [1, 2, 4]
+    assert prefix_sizes(4, (0.25, 0.25, 0.75)) == [1, 3, 4]
+    assert prefix_sizes(8, (1.0,)) == [8]
+    assert prefix_sizes(8, (0.5, 1.0)) == [4, 8]

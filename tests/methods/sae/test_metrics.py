@@ -131,3 +131,15 @@ def test_top_latents_rank_the_difference_of_class_means_and_shrinkage_by_hand():
     # (0.25 + 1) / 2 over (0.5 + 2) / 2 = 0.5
     x = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
     assert metrics.shrinkage(x, torch.tensor([[0.5, 0.0], [0.0, 1.0]])) == pytest.approx(0.5)
+
+
+def test_firing_stats_accumulate_over_batches():
+    f = metrics.FiringStats(2)
+    f.update(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))
+    f.update(torch.tensor([[2.0, -3.0]]))
+    assert f.n == 3
+    assert f.fires.tolist() == [3, 1] and f.pos.tolist() == [2, 0] and f.neg.tolist() == [1, 1]
+    assert f.frequency().tolist() == pytest.approx([1.0, 1 / 3])
+    one = metrics.FiringStats(1)
+    one.update(torch.tensor([[1.0]]))
+    assert one.frequency().tolist() == [1.0]  # one token, fired once
