@@ -3,7 +3,8 @@
     python .ci/mutants.py run [FAMILY ...] [--max-children N] [--sample N]
     python .ci/mutants.py rerun [FAMILY ...]        # survivors again, after new tests
     python .ci/mutants.py score [FAMILY ...]        # the per-family table of the last runs
-    python .ci/mutants.py survivors FAMILY          # the surviving mutants' names
+    python .ci/mutants.py survivors FAMILY [--diff] # the surviving mutants' names
+    python .ci/mutants.py report [FAMILY ...]       # every survivor, grouped, as Markdown
 
 Why a staging tree: mutmut copies the code it mutates into ``mutants/`` and names each mutant
 after the file's path (``methods/sae/topk.py`` -> ``methods.sae.topk``), and its trampoline
@@ -154,10 +155,67 @@ def table(families: list[str]) -> str:
     return "\n".join(rows)
 
 
+# Survivor kinds recognised from the mutated line alone, each with why it survives; the rest
+# are "unreviewed" (each one read: docs/testing.md says which are gaps and which equivalent).
+KINDS = (
+    ("device", r"\.to\(None\)|device=None", "device placement: the tests run on the CPU, "
+     "where moving to None or to the module's device is the same"),
+    ("dtype", r"dtype=None", "dtype argument: the default dtype is the tensor's own here"),
+    ("text", r'"XX|XX"|\'XX|XX\'', "message or key text changed where no test reads it"),
+    ("axis", r"\(\+1\)|\[\+1\]|dim=\+1", "axis −1 -> +1: the same axis on the 2-D tensors "
+     "these functions take (equivalent)"),
+)  # fmt: skip
+
+
+def kind(minus: str, plus: str) -> str:
+    import re
+
+    for name, pattern, _ in KINDS:
+        if re.search(pattern, plus):
+            return name
+    if "device" in minus and "device" not in plus:
+        return "device"
+    if "dtype" in minus and "dtype" not in plus:
+        return "dtype"
+    quoted = re.compile(r"\"[^\"]*\"")
+    if (
+        quoted.findall(minus)
+        and [q.lower() for q in quoted.findall(minus)] == [q.lower() for q in quoted.findall(plus)]
+        and minus.lower().strip("- ") == plus.lower().strip("+ ")
+    ):
+        return "text"
+    return "unreviewed"
+
+
+def survivor_report(family: str) -> str:
+    """Markdown: every survivor of the family's last run, grouped by :data:`KINDS`, each with
+    its changed lines."""
+    codes = statuses(family)
+    keep = set(sampled(family, list(codes), settings()[1][family].get("sample")))
+    groups: dict[str, list[str]] = {}
+    for name in (k for k, v in sorted(codes.items()) if v in SURVIVED and k in keep):
+        shown = subprocess.run([str(MUTMUT), "show", name], cwd=STAGE / family,
+                               capture_output=True, text=True).stdout  # fmt: skip
+        changed = [
+            ln for ln in shown.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")
+        ]
+        minus = "\n".join(ln for ln in changed if ln.startswith("-"))
+        plus = "\n".join(ln for ln in changed if ln.startswith("+"))
+        short = name.removeprefix(f"sparsebench.methods.{family}.")
+        body = "\n".join(f"    {ln.strip()[:1]} {ln[1:].strip()}" for ln in changed)
+        groups.setdefault(kind(minus, plus), []).append(f"- `{short}`\n\n{body}\n")
+    why = {n: w for n, _, w in KINDS} | {"unreviewed": "see docs/testing.md"}
+    out = [f"## {family}\n"]
+    for k in sorted(groups, key=lambda g: -len(groups[g])):
+        out.append(f"### {k} ({len(groups[k])}): {why[k]}\n")
+        out.extend(groups[k])
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     _, families = settings()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=["run", "rerun", "score", "survivors"])
+    p.add_argument("command", choices=["run", "rerun", "score", "survivors", "report"])
     p.add_argument("families", nargs="*", default=list(families))
     p.add_argument("--max-children", type=int, default=1)
     p.add_argument("--sample", type=int, default=None)
@@ -166,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(a.families) - set(families)
     if unknown:
         p.error(f"unknown families {sorted(unknown)}; known: {sorted(families)}")
+    if a.command == "report":  # the survivors of every family, grouped, as Markdown
+        print("\n".join(survivor_report(f) for f in a.families))
+        return 0
     if a.command == "survivors":
         for f in a.families:
             codes = statuses(f)

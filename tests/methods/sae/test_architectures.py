@@ -411,7 +411,9 @@ def test_every_architecture_starts_from_its_seed():
         unit = a / a.norm(dim=1, keepdim=True)
         ref = TopK(D, M, TopK.Params(k=1), seed=3).W_dec.detach()
         torch.testing.assert_close(unit, ref, msg=name)
-        assert not torch.equal(a, info.cls(D, M, info.params_cls()).W_dec.detach()), name
+        default = info.cls(D, M, info.params_cls()).W_dec.detach()
+        assert not torch.equal(a, default), name
+        assert torch.equal(default, info.cls(D, M, info.params_cls(), seed=0).W_dec), name
 
 
 def test_biases_enter_with_their_sign():
@@ -439,3 +441,12 @@ def test_prefix_sizes_by_hand():
     assert prefix_sizes(4, (0.25, 0.25, 0.75)) == [1, 3, 4]
     assert prefix_sizes(8, (1.0,)) == [8]
     assert prefix_sizes(8, (0.5, 1.0)) == [4, 8]
+
+
+def test_batchtopk_without_a_threshold_yet_encodes_by_the_batch_rule():
+    sae = BatchTopK(D, M, BatchTopK.Params(k=3))
+    sae.eval()  # no threshold fixed yet (NaN): the batch top-k, k per token on average
+    with torch.no_grad():
+        sae.b_enc.fill_(10.0)
+        z = sae.encode(_x())
+    assert (z != 0).sum().item() == 3 * 64

@@ -135,3 +135,20 @@ def test_synthetic_firing_rates_noise_and_default_dictionary():
     torch.testing.assert_close(d.norm(dim=1), torch.ones(4))
     assert not torch.equal(d, true_dictionary(cfg, seed=3))
     assert math.isclose(float(codes.abs().max()), 1.5, rel_tol=0.01)  # c_0 = 1, u < 1.5
+
+
+def test_normalized_mse_averages_over_tokens_by_hand():
+    # 3 tokens in 2 dims: target [0, 0], [2, 0], [4, 0], mean [2, 0], variance (4 + 0 + 4) / 3;
+    # pred 0: error (0 + 4 + 16) / 3 -> ratio 20/8 = 2.5
+    from sparsebench.methods.sae.topk import normalized_mse
+
+    target = torch.tensor([[0.0, 0.0], [2.0, 0.0], [4.0, 0.0]])
+    assert float(normalized_mse(target, torch.zeros(3, 2))) == pytest.approx(2.5)
+    assert float(normalized_mse(target, target + 1.0)) == pytest.approx(2 / (8 / 3))
+
+
+def test_synthetic_tokens_are_a_function_of_the_seed_with_noise():
+    cfg = SyntheticConfig(n_features=6, d=3, p_max=0.5, n_bipolar=2, noise=0.1)
+    x, codes = sample(cfg, 50, seed=4)
+    x2, codes2 = sample(cfg, 50, seed=4)
+    assert torch.equal(x, x2) and torch.equal(codes, codes2)
