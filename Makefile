@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CORES ?= 2
 STAMP := $(VENV)/.sparsebench-installed
 
-.PHONY: bench test install lint clean-results oracles
+.PHONY: bench test install lint clean-results oracles mutants
 
 install: $(STAMP)
 
@@ -57,3 +57,10 @@ oracles: $(ORACLE_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# Mutation testing of methods/{sae,merging,dst,pruning} against their fast unit tests (mutmut,
+# .ci/mutants.py; not part of `make test`): one worker, prints killed/total per family.
+# FAMILIES="sae dst" for a subset; results stay in build/mutation/<family>/mutants/.
+FAMILIES ?=
+mutants: $(STAMP)
+	$(PY) .ci/mutants.py run $(FAMILIES) --max-children 1

@@ -89,3 +89,24 @@ def test_merge_identical_experts_counts_examples_and_keeps_inputs():
 def test_needs_data():
     with pytest.raises(ValueError, match="data"):
         Fisher().merge(make_inputs(data=False), Fisher.Params())
+
+
+def test_fisher_average_by_hand_with_and_without_normalised_fishers():
+    """F_1 = {w: [3, 0], b: [4]} (‖F_1‖ = 5), F_2 = {w: [1, 0], b: [0]} (‖F_2‖ = 1), zeros
+    floored at 1e-6; θ_1 = {w: [0, 2], b: [0]}, θ_2 = {w: [4, 6], b: [8]}. Plain: w_0 =
+    (3·0 + 1·4) / 4 = 1, w_1 = the plain mean 4 (both floored). Normalised (F_1 / 5): w_0 =
+    (0.6·0 + 1·4) / 1.6 = 2.5, w_1 = (0.2e-6·2 + 1e-6·6) / 1.2e-6 = 16/3."""
+    experts = [
+        {"w": torch.tensor([0.0, 2.0]), "b": torch.tensor([0.0])},
+        {"w": torch.tensor([4.0, 6.0]), "b": torch.tensor([8.0])},
+    ]
+    fishers = [
+        {"w": torch.tensor([3.0, 0.0]), "b": torch.tensor([4.0])},
+        {"w": torch.tensor([1.0, 0.0]), "b": torch.tensor([0.0])},
+    ]
+    plain = fisher_average(experts, fishers)
+    assert plain["w"].tolist() == pytest.approx([1.0, 4.0])
+    assert float(plain["b"]) == pytest.approx(8e-6 / 4, rel=1e-3)
+    normed = fisher_average(experts, fishers, normalize=True)
+    assert normed["w"].tolist() == pytest.approx([2.5, 16 / 3])
+    assert float(normed["b"]) == pytest.approx(8e-6 / 0.8, rel=1e-3)

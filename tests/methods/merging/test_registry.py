@@ -4,7 +4,9 @@ import dataclasses
 import typing
 
 import pytest
+import torch
 
+from sparsebench.methods.merging.base import MergeInputs
 from sparsebench.suite import registry
 
 ORDER = [
@@ -62,3 +64,25 @@ def test_build_params_rejects_bad_values():
         registry.build_params(info["tall_masks"], {"lam": "test"})
     with pytest.raises(registry.RegistryError):
         registry.build_params(info["cass"], {"host": "fisher"})
+
+
+def test_merge_inputs_refuse_mismatched_experts_with_the_reason():
+    base = {"a": torch.zeros(2), "b": torch.zeros(3)}
+    with pytest.raises(ValueError, match="^merging needs at least one expert$"):
+        MergeInputs(base, [])
+    keys = [f"k{i}" for i in range(7)]
+    with pytest.raises(ValueError, match=r"^expert 0 has other parameters than the base: "
+                       r"\['b', 'k0', 'k1', 'k2', 'k3'\]$"):  # fmt: skip
+        MergeInputs(base, [{"a": torch.zeros(2), **{k: torch.zeros(1) for k in keys}}])
+    with pytest.raises(ValueError, match=r"^expert 1: b has shape \(4,\), the base \(3,\)$"):
+        MergeInputs(base, [base, {"a": torch.zeros(2), "b": torch.zeros(4)}])
+    with pytest.raises(ValueError, match="^1 task names for 2 experts$"):
+        MergeInputs(base, [base, base], tasks=["t"])
+    with pytest.raises(ValueError, match="^artefact 'fisher': 1 files for 2 experts$"):
+        MergeInputs(base, [base, base], artefacts={"fisher": [base]})
+    ok = MergeInputs(base, [base, base], tasks=["t", "u"], artefacts={"fisher": [base, base]})
+    assert ok.artefact("fisher")[1] is base
+    with pytest.raises(ValueError, match=r"artefact 'gram'.*the inputs hold: fisher$"):
+        ok.artefact("gram")
+    with pytest.raises(ValueError, match="the inputs hold: none$"):
+        MergeInputs(base, [base]).artefact("gram")

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from sparsebench.methods.merging.base import MergeInputs
+from sparsebench.methods.merging.base import MergeInputs, sign_conflict
 from sparsebench.methods.merging.ties import (
     K_DEFAULT,
     K_GRID,
@@ -136,3 +136,17 @@ def test_an_explicit_k_is_not_searched():
         registry.all_methods(("merging",))["ties"], {"lam": 0.5}
     )  # k alone is searched
     assert [st for st in _stages(Ties, lam_only) if st[0]] == [(["k"], [K_GRID], {})]
+
+
+def test_sign_conflict_by_hand():
+    """Coordinates with >= 2 nonzero entries and mixed signs, over those with >= 2 nonzero:
+    a = [1, −2, 0, 3, 0], b = [2, 1, 0, −1, 4], c = [0, 0, 5, 0, 0] (two keys, the second
+    [1, −1] vs [1, 1] vs [0, 0]). Multi-nonzero: coords 0, 1, 3 and both of the second key
+    (5); mixed: coords 1, 3 and the second key's second (3) -> 3 / 5."""
+    a = {"w": torch.tensor([1.0, -2.0, 0.0, 3.0, 0.0]), "v": torch.tensor([1.0, -1.0])}
+    b = {"w": torch.tensor([2.0, 1.0, 0.0, -1.0, 4.0]), "v": torch.tensor([1.0, 1.0])}
+    c = {"w": torch.tensor([0.0, 0.0, 5.0, 0.0, 0.0]), "v": torch.tensor([0.0, 0.0])}
+    assert sign_conflict([a, b, c]) == pytest.approx(3 / 5)
+    assert sign_conflict([a, c]) == 0.0  # no coordinate nonzero in both
+    neg = {"w": -a["w"], "v": -a["v"]}
+    assert sign_conflict([a, neg]) == 1.0  # every shared coordinate flips

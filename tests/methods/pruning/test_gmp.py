@@ -140,3 +140,41 @@ def test_gmp_reaches_target_and_sparsity_never_decreases(tiny_fit):
     for a, b in zip(watcher.masks, watcher.masks[1:]):
         if a["0"] is not None and b["0"] is not None:
             assert not torch.any(b["0"] & ~a["0"])
+
+
+def test_refusal_names_the_kind_of_interval_and_the_fix():
+    # fixed Δt = 100 on 550 steps: the bound is 275 // 10 = 27, an integer
+    with pytest.raises(ValueError) as e:
+        GMP.check_budget(GMP.Params(pruning_frequency=100), 550)
+    assert "fixed pruning_frequency" in str(e.value)
+    assert "pruning_frequency <= 27, or train longer" in str(e.value)
+    # 20 steps: window 5..15 of exactly MIN_PRUNING_STEPS = 10 steps, Δt = 2 -> n = 5; a
+    # Δt <= 10 // 10 = 1 would fit, so the fix is that Δt, not a wider window
+    with pytest.raises(ValueError) as e:
+        GMP.check_budget(GMP.Params(pruning_frequency=2), 20)
+    assert "pruning_frequency <= 1, or" in str(e.value) and "widen" not in str(e.value)
+    # scaled Δt on 12 steps: window 3..9 (6 steps) is narrower than 10 pruning steps
+    with pytest.raises(ValueError) as e:
+        GMP.check_budget(GMP.Params(), 12)
+    assert "scaled pruning_frequency" in str(e.value)
+    assert "widen the window (begin_fraction, end_fraction), or train longer" in str(e.value)
+
+
+def test_a_window_of_one_interval_prunes_once_to_the_target():
+    g = _gmp(total=2000, pruning_frequency=1000)  # t0 = 500, t_end = 1500: n = 1
+    assert (g.t0, g.dt, g.n_prunes) == (500, 1000, 1)
+    assert g.sparsity_at(500) == pytest.approx(0.0)
+    assert g.sparsity_at(1500) == pytest.approx(0.9)
+    assert g.sparsity_at(1000) is None
+
+
+def test_dense_first_layer_keeps_the_first_layer_whole():
+    model = nn.Sequential(nn.Linear(10, 10, bias=False), nn.Linear(10, 10, bias=False))
+    store = MaskStore(model)
+    module = type("M", (), {"masks": store})()
+    g = _gmp(total=20, sparsity=0.5, pruning_steps=10, distribution="uniform",
+             dense_first_layer=True)  # fmt: skip
+    g.on_train_batch_start(type("T", (), {"global_step": 15})(), module, None, 0)
+    first = store.masks["0"]
+    assert first is None or bool(first.all())
+    assert store.masks["1"] is not None and not bool(store.masks["1"].all())

@@ -44,3 +44,17 @@ def test_layerwise_ranking_differs_from_global():
     # both of layer 1's dropped weights (1, 2) are larger than -0.3.
     weights = [[0.1, 0.2, -0.3, -6.0], [1.0, 2.0, 3.0, -4.0]]
     assert _prune(weights, "uniform") == [[False, False, True, True], [False, False, True, True]]
+
+
+def test_dense_first_layer_keeps_the_first_layer_whole():
+    model = nn.Sequential(nn.Linear(4, 1, bias=False), nn.Linear(4, 1, bias=False))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[0.1, 0.2, -0.3, -6.0]]))
+        model[1].weight.copy_(torch.tensor([[1.0, 2.0, 3.0, -4.0]]))
+    store = MaskStore(model)
+    ctx = type("C", (), {"epochs": 4})()
+    params = MagnitudeOneShot.Params(distribution="uniform", dense_first_layer=True)
+    m = MagnitudeOneShot(params, 0.5, ctx)
+    m.on_train_epoch_start(type("T", (), {"current_epoch": 2})(), type("M", (), {"masks": store})())
+    first = store.masks["0"]
+    assert first is None or bool(first.all())  # its 0.1, 0.2 would go without the option

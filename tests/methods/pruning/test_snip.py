@@ -44,3 +44,26 @@ def test_snip_ranks_by_gradient_times_weight_not_by_magnitude():
     module = ClassificationModule(model, 2, RECIPE, 10)
     SNIP(SNIP.Params(), 0.5, ctx).on_fit_start(None, module)
     assert module.masks.masks["0"].tolist() == [[True, False], [True, False]]
+
+
+def _snip_on_a_two_layer_model(**params):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 4, bias=False), nn.ReLU(), nn.Linear(4, 3, bias=False))
+    data = TensorDataset(torch.randn(32, 12), torch.randint(0, 3, (32,)))
+    ctx = make_ctx(model, data=data)
+    module = ClassificationModule(model, 3, RECIPE, 10)
+    SNIP(SNIP.Params(batch_size=8, **params), 0.75, ctx).on_fit_start(None, module)
+    return ctx, module
+
+
+def test_snip_charges_one_forward_backward_of_its_batch():
+    # forward + backward of the 8-example saliency batch: 3 × the dense forward per example × 8
+    ctx, _ = _snip_on_a_two_layer_model()
+    assert ctx.flops.total == pytest.approx(3.0 * ctx.flops.f_dense * 8)
+
+
+def test_snip_dense_first_layer_keeps_the_first_layer_whole():
+    _, module = _snip_on_a_two_layer_model(distribution="uniform", dense_first_layer=True)
+    first = module.masks.masks["0"]
+    assert first is None or bool(first.all())
+    assert module.masks.masks["2"] is not None and not bool(module.masks.masks["2"].all())

@@ -63,25 +63,42 @@ def test_calibrated_threshold_keeps_k_per_token_on_the_given_tokens():
     assert calibrated_threshold(-pre, 1) == 0.0  # nothing positive
 
 
-def test_auxk_decodes_the_dead_latents_without_the_decoder_bias():
-    sae = TopK(D, M, TopK.Params(k=2, k_aux=3))
+def _tiny_topk() -> TopK:
+    """d = 2, m = 3, k = k_aux = 1, α = 1, latent 2 the one dead latent (worked out below)."""
+    sae = TopK(2, 3, TopK.Params(k=1, k_aux=1, aux_coeff=1.0))
     with torch.no_grad():
-        sae.b_dec.fill_(5.0)  # a large bias: added twice (sparsify #132) the loss would explode
-    x = _x()
-    pre = sae.pre_acts(x)
-    x_hat = sae.decode(sae.activate(pre))
-    dead = torch.zeros(M, dtype=torch.bool)
-    dead[:6] = True
-    got = auxk_loss(sae, pre, x, x_hat, dead, k_aux=3)
-    p = pre[:, :6]
-    top = p.topk(3, dim=1)
-    z_aux = torch.zeros_like(pre)
-    z_aux[:, :6] = torch.zeros_like(p).scatter(1, top.indices, torch.relu(top.values))
-    by_hand = normalized_mse((x - x_hat).detach(), z_aux @ sae.W_dec)
-    torch.testing.assert_close(got, by_hand)
-    assert auxk_loss(sae, pre, x, x_hat, torch.zeros(M, dtype=torch.bool), 3) == 0
+        sae.W_enc.copy_(torch.tensor([[1.0, 0.0, 0.5], [0.0, 1.0, 0.0]]))
+        sae.W_dec.copy_(torch.tensor([[0.8, 0.6], [0.0, 1.0], [1.0, 0.0]]))
+        sae.b_enc.zero_()
+        sae.b_dec.fill_(5.0)  # a large bias: added twice (sparsify #132) AuxK would explode
+    return sae
+
+
+def test_auxk_and_the_topk_loss_by_hand():
+    """x − b_dec = [[2, 0], [0, 1]] -> pre = [[2, 0, 1], [0, 1, 0]]; k = 1 keeps 2 on latent 0
+    and 1 on latent 1: x̂ − b_dec = [[1.6, 1.2], [0, 1]], e = x − x̂ = [[0.4, −1.2], [0, 0]],
+    ‖x − x̂‖² mean (1.6 + 0) / 2 = 0.8. AuxK: dead latent 2's pre-activations [1, 0] decode
+    (without b_dec) to [[1, 0], [0, 0]]; ‖e − ê‖² mean (0.36 + 1.44) / 2 = 0.9 over e's
+    variance (rows ±[0.2, −0.6] about the mean: 0.4) = 2.25. Var(x) = mean of 1.25, 1.25 =
+    1.25, so L = 0.8 + α · 1.25 · 2.25 = 3.6125 (α = 1)."""
+    sae = _tiny_topk()
+    x = torch.tensor([[7.0, 5.0], [5.0, 6.0]])
+    dead = torch.tensor([False, False, True])
     out = sae(x, TrainState(dead=dead))
-    torch.testing.assert_close(out.parts["aux"], by_hand.detach())
+    assert out.z.tolist() == [[2.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    assert float(out.parts["mse"]) == pytest.approx(0.8)
+    assert float(out.parts["aux"]) == pytest.approx(2.25)
+    assert float(out.loss) == pytest.approx(0.8 + 1.25 * 2.25)
+    pre = sae.pre_acts(x)
+    assert float(auxk_loss(sae, pre, x, out.x_hat, dead, k_aux=1)) == pytest.approx(2.25)
+    assert auxk_loss(sae, pre, x, out.x_hat, torch.zeros(3, dtype=torch.bool), 1) == 0
+    assert float(sae(x, TrainState()).loss) == pytest.approx(0.8)  # nothing dead: no AuxK
+
+
+def test_normalized_mse_by_hand():
+    # target rows [0, 0], [2, 0]: mean [1, 0], variance 1; pred 0: error (0 + 4) / 2 = 2
+    target = torch.tensor([[0.0, 0.0], [2.0, 0.0]])
+    assert float(normalized_mse(target, torch.zeros(2, 2))) == pytest.approx(2.0)
 
 
 def test_jumprelu_counts_each_latent_once_and_its_pseudo_gradients():
@@ -110,31 +127,67 @@ def test_bi_jump_relu_passes_both_signs_and_zeroes_the_band():
 
 def test_sign_aware_latents_take_both_signs_and_l0_counts_them():
     sae = SignAwareGated(D, M, SignAwareGated.Params(threshold_init=0.05))
-    x = _x(256)
-    z = sae.encode(x)
+    z = sae.encode(_x(256))
     assert (z > 0).any() and (z < 0).any()
-    out = sae(x, TrainState())
-    pi = (x - sae.b_dec) @ sae.W_enc + sae.b_enc
-    gate = ((pi > 0.05) | (pi < -0.05)).float()
-    assert float(out.parts["sparsity"]) == pytest.approx(float(gate.sum(1).mean()), rel=1e-6)
-    assert torch.equal(z != 0, (gate > 0) & (sae._parts(x)[3] != 0))
     asym = SignAwareGated(D, M, SignAwareGated.Params(magnitude="asymmetric"))
     assert {"r_neg", "b_neg"} <= {n for n, _ in asym.named_parameters()}
 
 
-def test_gated_fires_where_the_gate_opens_with_the_magnitude_path():
-    sae = Gated(D, M, Gated.Params())
+def _rec_grad_of_w_dec(x, z, x_hat):
+    """∂/∂W_dec of mean_n ‖x − z W_dec − b_dec‖² = −(2/n) zᵀ (x − x̂), the reconstruction
+    term alone: a frozen decoder in the auxiliary term adds nothing to it."""
+    return -2.0 / x.shape[0] * z.T @ (x - x_hat)
+
+
+def test_sign_aware_loss_by_hand_and_its_aux_term_leaves_the_decoder_alone():
+    """W_enc = I, θ± = 0.5, r_mag = log 2: x = [1, −0.8] gives π = [1, −0.8], latent 0 open
+    positive (1 > 0.5), latent 1 open negative (0.8 > 0.5), μ = 2|π| -> z = [2, −1.6].
+    x̂ = 2·[0.6, 0.8] − 1.6·[0, 1] = [1.2, 0]: ‖x − x̂‖² = 0.04 + 0.64 = 0.68; L0 = 2; the
+    gate's own output [1, −0.8] decodes to [0.6, 0]: aux = 0.16 + 0.64 = 0.8."""
+    sae = SignAwareGated(2, 2, SignAwareGated.Params(threshold_init=0.5))
     with torch.no_grad():
+        sae.W_enc.copy_(torch.eye(2))
+        sae.W_dec.copy_(torch.tensor([[0.6, 0.8], [0.0, 1.0]]))
         sae.r_mag.fill_(math.log(2.0))
-        sae.b_mag.fill_(0.0)
-    x = _x()
-    pi, f_mag = sae.paths(x)
-    torch.testing.assert_close(f_mag, torch.relu(2.0 * ((x - sae.b_dec) @ sae.W_enc)))
-    z = sae.encode(x)
-    assert torch.equal(z != 0, (pi > 0) & (f_mag > 0))
-    out = sae(x, TrainState())
-    aux = ((x - (torch.relu(pi) @ sae.W_dec + sae.b_dec)) ** 2).sum(1).mean()
-    torch.testing.assert_close(out.parts["aux"], aux.detach())
+    x = torch.tensor([[1.0, -0.8]])
+    out = sae(x, TrainState(frac=1.0))
+    torch.testing.assert_close(out.z, torch.tensor([[2.0, -1.6]]))
+    torch.testing.assert_close(out.x_hat, torch.tensor([[1.2, 0.0]]))
+    assert float(out.parts["mse"]) == pytest.approx(0.68)
+    assert float(out.parts["sparsity"]) == pytest.approx(2.0)
+    assert float(out.parts["aux"]) == pytest.approx(0.8)
+    assert float(out.loss) == pytest.approx(0.68 + 1.0 * 2.0 + 0.8)
+    out.loss.backward()
+    # (0.8, 3.2), (−0.64, −2.56); a trainable decoder in aux would add (−0.8, 1.6), (0.64, −1.28)
+    torch.testing.assert_close(sae.W_dec.grad, torch.tensor([[0.8, 3.2], [-0.64, -2.56]]))
+    torch.testing.assert_close(sae.W_dec.grad, _rec_grad_of_w_dec(x, out.z, out.x_hat).detach())
+    # inside the band nothing fires: π = 0.3 < θ⁺ on latent 0, −0.2 > −θ⁻ on latent 1
+    assert sae.encode(torch.tensor([[0.3, -0.2]])).tolist() == [[0.0, 0.0]]
+
+
+def test_gated_loss_by_hand_and_its_aux_term_leaves_the_decoder_alone():
+    """W_enc = I, b_enc = [0, −0.5], r_mag = log 2: x = [1, 0.2] gives π = [1, −0.3] (latent
+    1's gate shut), f_mag = ReLU(2 x) = [2, 0.4], z = [2, 0]. x̂ = 2·[0.6, 0.8] = [1.2, 1.6]:
+    ‖x − x̂‖² = 0.04 + 1.96 = 2; L1 of ReLU(π) = 1; aux decodes ReLU(π) = [1, 0] with the
+    frozen decoder to [0.6, 0.8]: 0.16 + 0.36 = 0.52. L = 2 + 1 + 0.52 (λ = 1, warmed up)."""
+    sae = Gated(2, 2, Gated.Params())
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.eye(2))
+        sae.b_enc.copy_(torch.tensor([0.0, -0.5]))
+        sae.W_dec.copy_(torch.tensor([[0.6, 0.8], [1.0, 0.0]]))
+        sae.r_mag.fill_(math.log(2.0))
+    x = torch.tensor([[1.0, 0.2]])
+    torch.testing.assert_close(sae.encode(x), torch.tensor([[2.0, 0.0]]))
+    out = sae(x, TrainState(frac=1.0))
+    torch.testing.assert_close(out.x_hat, torch.tensor([[1.2, 1.6]]))
+    assert float(out.parts["mse"]) == pytest.approx(2.0)
+    assert float(out.parts["sparsity"]) == pytest.approx(1.0)
+    assert float(out.parts["aux"]) == pytest.approx(0.52)
+    assert float(out.loss) == pytest.approx(3.52)
+    out.loss.backward()
+    # −2 zᵀ(x − x̂): row 0 = −4·(−0.2, −1.4); a trainable decoder in aux would add (−0.8, 1.2)
+    torch.testing.assert_close(sae.W_dec.grad, torch.tensor([[0.8, 5.6], [0.0, 0.0]]))
+    torch.testing.assert_close(sae.W_dec.grad, _rec_grad_of_w_dec(x, out.z, out.x_hat).detach())
 
 
 def test_relu_l1_weights_the_l1_by_decoder_norm():
@@ -160,8 +213,21 @@ def test_matryoshka_prefixes_reconstruct_from_their_own_latents_only():
     for i, m in enumerate(sae.prefixes):
         same = torch.allclose(recs[i], recs2[i])
         assert same == (m <= 8), m
-    out = sae(_x(), TrainState())
-    assert "prefix_mse" in out.parts
+
+
+def test_matryoshka_loss_is_the_mean_of_its_prefix_losses_by_hand():
+    """m = 4, prefixes [2, 4]; latents 0 and 2 decode to [1, 0]. z = [1, 0, 2, 0] and
+    x = [3, 0]: the first prefix reconstructs [1, 0] (error 4), the whole [3, 0] (error 0);
+    the mean over the two prefixes is 2 (their sum would be 4)."""
+    sae = MatryoshkaBatchTopK(2, 4, MatryoshkaBatchTopK.Params(k=1, prefix_fractions=(0.5, 1.0)))
+    assert sae.prefixes == [2, 4]
+    with torch.no_grad():
+        sae.W_dec.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]))
+    x = torch.tensor([[3.0, 0.0]])
+    x_hat, loss, parts = sae.reconstruction(x, torch.tensor([[1.0, 0.0, 2.0, 0.0]]))
+    assert x_hat.tolist() == [[3.0, 0.0]]
+    assert float(loss) == pytest.approx(2.0)
+    assert float(parts["prefix_mse"]) == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("name", list(registry.all_methods(("sae",))))
@@ -205,3 +271,182 @@ def test_gated_magnitude_pseudo_gradient_by_hand():
     out.sum().backward()
     assert theta.grad.tolist() == pytest.approx([-5.0, -7.5, 0.0])  # −(μ/ε)·1[|u−θ| < ε/2]
     assert mu.grad.tolist() == [[0.0, 1.0, 1.0]]
+
+
+def test_gated_by_hand_with_a_decoder_bias_two_tokens_and_the_warm_up():
+    """The case above shifted by b_dec = [1, −1] (x − b_dec and x − x̂ unchanged, so every
+    number is the same), on two copies of the token, at half of λ's warm-up:
+    L = 2 + 0.5 · 1 + 0.52 = 3.02."""
+    sae = Gated(2, 2, Gated.Params(l1_warmup_frac=0.05))
+    b = torch.tensor([1.0, -1.0])
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.eye(2))
+        sae.b_enc.copy_(torch.tensor([0.0, -0.5]))
+        sae.W_dec.copy_(torch.tensor([[0.6, 0.8], [1.0, 0.0]]))
+        sae.r_mag.fill_(math.log(2.0))
+        sae.b_dec.copy_(b)
+    x = torch.tensor([[1.0, 0.2], [1.0, 0.2]]) + b
+    out = sae(x, TrainState(frac=0.025))
+    torch.testing.assert_close(out.z, torch.tensor([[2.0, 0.0], [2.0, 0.0]]))
+    assert float(out.parts["sparsity"]) == pytest.approx(1.0)
+    assert float(out.parts["aux"]) == pytest.approx(0.52)
+    assert float(out.loss) == pytest.approx(2.0 + 0.5 * 1.0 + 0.52)
+    # the gate opens strictly above 0: π = 0 on latent 1 stays shut
+    assert sae.encode(torch.tensor([[1.0, 0.5]]) + b)[0, 1] == 0.0
+
+
+def test_sign_aware_by_hand_with_biases_two_tokens_and_the_warm_up():
+    """b_enc = [0.1, 0], b_mag = 0.5, b_dec = [1, −1] (x shifted by it), two copies of
+    x − b_dec = [1, −0.8], λ at half of its warm-up. π = [1.1, −0.8]: both open (latent 1
+    negative); μ = ReLU(±2 x̃ + 0.5) = [2.5, 2.1] -> z = [2.5, −2.1]; x̂ − b_dec = 2.5·[0.6,
+    0.8] − 2.1·[0, 1] = [1.5, −0.1]: ‖x − x̂‖² = 0.25 + 0.49 = 0.74. The gate's output
+    [1.1, −0.8] decodes to [0.66, 0.08]: aux = 0.34² + 0.88² = 0.89. L = 0.74 + 0.5·2 + 0.89."""
+    b = torch.tensor([1.0, -1.0])
+
+    def build(**kw):
+        sae = SignAwareGated(2, 2, SignAwareGated.Params(threshold_init=0.5, **kw))
+        with torch.no_grad():
+            sae.W_enc.copy_(torch.eye(2))
+            sae.W_dec.copy_(torch.tensor([[0.6, 0.8], [0.0, 1.0]]))
+            sae.b_enc.copy_(torch.tensor([0.1, 0.0]))
+            sae.r_mag.fill_(math.log(2.0))
+            sae.b_mag.fill_(0.5)
+            sae.b_dec.copy_(b)
+        return sae
+
+    sae = build(sparsity_warmup_frac=0.1)
+    x = torch.tensor([[1.0, -0.8], [1.0, -0.8]]) + b
+    out = sae(x, TrainState(frac=0.05))
+    torch.testing.assert_close(out.z, torch.tensor([[2.5, -2.1], [2.5, -2.1]]))
+    assert float(out.parts["mse"]) == pytest.approx(0.74)
+    assert float(out.parts["sparsity"]) == pytest.approx(2.0)
+    assert float(out.parts["aux"]) == pytest.approx(0.89)
+    assert float(out.loss) == pytest.approx(0.74 + 0.5 * 2.0 + 0.89)
+    out.loss.backward()
+    # −(2/n) zᵀ(x − x̂) with e = [−0.5, −0.7] on both tokens
+    torch.testing.assert_close(sae.W_dec.grad, torch.tensor([[2.5, 3.5], [-2.1, -2.94]]))
+    # asymmetric: the negative polarity reads its own path, μ₋ = ReLU(−3 x̃ + 0.2) = 2.6
+    asym = build(magnitude="asymmetric")
+    with torch.no_grad():
+        asym.r_neg.fill_(math.log(3.0))
+        asym.b_neg.fill_(0.2)
+    torch.testing.assert_close(asym.encode(x[:1]), torch.tensor([[2.5, -2.6]]))
+
+
+def test_jumprelu_loss_by_hand_with_the_warm_up():
+    """W_enc = I, b_enc = [0, 0.1], θ = 0.3, b_dec = [1, −1] (JumpReLU does not subtract it
+    from x). Tokens [1, 0.1] and [1, 0.5]: pre = [1, 0.2] (latent 1 under θ) and [1, 0.6];
+    x̂ = [0.6, 0.8] + b_dec = [1.6, −0.2] and + 0.6·[1, 0] = [2.2, −0.2]; errors 0.36 + 0.09
+    and 1.44 + 0.49: MSE (0.45 + 1.93) / 2 = 1.19, L0 (1 + 2) / 2 = 1.5; λ = 0.5 at half of
+    its warm-up: L = 1.19 + 0.75."""
+    sae = JumpReLU(2, 2, JumpReLU.Params(threshold_init=0.3, sparsity_warmup_frac=0.1))
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.eye(2))
+        sae.b_enc.copy_(torch.tensor([0.0, 0.1]))
+        sae.W_dec.copy_(torch.tensor([[0.6, 0.8], [1.0, 0.0]]))
+        sae.b_dec.copy_(torch.tensor([1.0, -1.0]))
+    x = torch.tensor([[1.0, 0.1], [1.0, 0.5]])
+    out = sae(x, TrainState(frac=0.05))
+    torch.testing.assert_close(out.z, torch.tensor([[1.0, 0.0], [1.0, 0.6]]))
+    torch.testing.assert_close(sae.encode(x), out.z)
+    assert float(out.parts["mse"]) == pytest.approx(1.19)
+    assert float(out.parts["sparsity"]) == pytest.approx(1.5)
+    assert float(out.loss) == pytest.approx(1.19 + 0.5 * 1.5)
+
+
+def test_every_threshold_is_strict_at_equality():
+    """A pre-activation exactly at its threshold does not fire (0.25, 0.5: exact in binary)."""
+    pre = torch.tensor([[0.25, 0.5]])
+    theta = torch.tensor([0.25, 0.25])
+    assert JumpReLUFn.apply(pre, theta, 0.5).tolist() == [[0.0, 0.5]]
+    assert StepFn.apply(pre, theta, 0.5).tolist() == [[0.0, 1.0]]
+    jr = JumpReLU(2, 2, JumpReLU.Params(threshold_init=0.25))
+    with torch.no_grad():
+        jr.W_enc.copy_(torch.eye(2))
+    assert jr.encode(pre).tolist() == [[0.0, 0.5]]
+    u = torch.tensor([-0.5, -0.25, 0.25, 0.5])
+    assert bi_jump_relu(u, torch.tensor(0.25), torch.tensor(0.25)).tolist() == [-0.5, 0, 0, 0.5]
+    from sparsebench.methods.sae.sign_aware_gated import GatedMagnitudeFn
+
+    mu = torch.tensor([[2.0, 3.0]])
+    assert GatedMagnitudeFn.apply(pre, theta, mu, 0.5).tolist() == [[0.0, 3.0]]
+    g = Gated(2, 2, Gated.Params())
+    with torch.no_grad():
+        g.W_enc.copy_(torch.eye(2))
+        g.b_enc.copy_(torch.tensor([0.0, -0.5]))
+    out = g(pre)  # π = [0.25, 0]: latent 1's gate exactly at 0 stays shut in training too
+    assert out.z[0, 1] == 0.0 and out.z[0, 0] > 0
+    b = BatchTopK(2, 2, BatchTopK.Params(k=1))
+    with torch.no_grad():
+        b.W_enc.copy_(torch.eye(2))
+        b.threshold.fill_(0.25)
+    b.eval()
+    assert b.encode(pre).tolist() == [[0.0, 0.5]]
+
+
+def test_pseudo_gradients_at_the_kernel_edges_and_with_an_upstream_weight():
+    """ε = 0.5: the rectangle covers |pre − θ| < 0.25. pre − θ = 0.25 (its edge: outside),
+    0.1875 (inside, though outside ε/3) and 0 (inside, and where the gate is shut), with an
+    upstream gradient of 2."""
+    pre = torch.tensor([[0.5, 0.4375, 0.25]], requires_grad=True)
+    theta = torch.tensor([0.25, 0.25, 0.25], requires_grad=True)
+    (2 * StepFn.apply(pre, theta, 0.5)).sum().backward()
+    assert theta.grad.tolist() == pytest.approx([0.0, -4.0, -4.0])  # −(2/ε)·K
+    theta.grad = None
+    (2 * JumpReLUFn.apply(pre, theta, 0.5)).sum().backward()
+    assert theta.grad.tolist() == pytest.approx([0.0, -1.0, -1.0])  # −(θ/ε)·K·2
+    assert pre.grad.tolist() == [[2.0, 2.0, 0.0]]  # H(pre > θ)·2: nothing at equality
+    from sparsebench.methods.sae.sign_aware_gated import GatedMagnitudeFn
+
+    mu = torch.tensor([[1.0, 3.0, 5.0]], requires_grad=True)
+    theta.grad = None
+    (2 * GatedMagnitudeFn.apply(pre.detach(), theta, mu, 0.5)).sum().backward()
+    assert theta.grad.tolist() == pytest.approx([0.0, -12.0, -20.0])  # −(μ/ε)·K·2
+    assert mu.grad.tolist() == [[2.0, 2.0, 0.0]]
+
+
+def test_every_architecture_starts_from_its_seed():
+    for name, info in registry.all_methods(("sae",)).items():
+        a = info.cls(D, M, info.params_cls(), seed=3).W_dec.detach()
+        unit = a / a.norm(dim=1, keepdim=True)
+        ref = TopK(D, M, TopK.Params(k=1), seed=3).W_dec.detach()
+        torch.testing.assert_close(unit, ref, msg=name)
+        default = info.cls(D, M, info.params_cls()).W_dec.detach()
+        assert not torch.equal(a, default), name
+        assert torch.equal(default, info.cls(D, M, info.params_cls(), seed=0).W_dec), name
+
+
+def test_biases_enter_with_their_sign():
+    relu = ReluL1(2, 2, ReluL1.Params())
+    with torch.no_grad():
+        relu.W_enc.copy_(torch.eye(2))
+        relu.b_enc.copy_(torch.tensor([0.5, -0.5]))
+    assert relu.encode(torch.tensor([[1.0, 1.0]])).tolist() == [[1.5, 0.5]]
+    g = Gated(2, 2, Gated.Params())
+    with torch.no_grad():
+        g.W_enc.copy_(torch.eye(2))
+        g.b_mag.copy_(torch.tensor([0.5, -0.5]))
+    assert g.paths(torch.tensor([[1.0, 1.0]]))[1].tolist() == [[1.5, 0.5]]
+    m = MatryoshkaBatchTopK(2, 4, MatryoshkaBatchTopK.Params(k=1, prefix_fractions=(0.5, 1.0)))
+    with torch.no_grad():
+        m.W_dec.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]))
+        m.b_dec.copy_(torch.tensor([1.0, -1.0]))
+    recs = m.prefix_reconstructions(torch.tensor([[1.0, 0.0, 2.0, 0.0]]))
+    assert [r.tolist() for r in recs] == [[[2.0, -1.0]], [[4.0, -1.0]]]
+
+
+def test_prefix_sizes_by_hand():
+    # width 4: 0.1 -> round(0.4) = 0 -> at least 1; 0.2 -> 1 again (skipped); 0.5 -> 2; + 4
+    assert prefix_sizes(4, (0.1, 0.2, 0.5)) == [1, 2, 4]
+    assert prefix_sizes(4, (0.25, 0.25, 0.75)) == [1, 3, 4]
+    assert prefix_sizes(8, (1.0,)) == [8]
+    assert prefix_sizes(8, (0.5, 1.0)) == [4, 8]
+
+
+def test_batchtopk_without_a_threshold_yet_encodes_by_the_batch_rule():
+    sae = BatchTopK(D, M, BatchTopK.Params(k=3))
+    sae.eval()  # no threshold fixed yet (NaN): the batch top-k, k per token on average
+    with torch.no_grad():
+        sae.b_enc.fill_(10.0)
+        z = sae.encode(_x())
+    assert (z != 0).sum().item() == 3 * 64

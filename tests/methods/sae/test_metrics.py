@@ -20,25 +20,29 @@ def test_ev_of_the_mean_is_zero_and_of_x_is_one():
     assert s.fvu == pytest.approx(0.0, abs=1e-12) and s.mse == 0.0
 
 
-def test_a_constant_offset_does_not_inflate_ev():
-    """SAELens #659: EV about zero would turn 0.5 into about 0.99 here."""
-    x = _x()
-    x_hat = 0.5 * x  # EV = 1 - 0.25 = 0.75 about the mean (x has mean ~0)
-    base = metrics.explained_variance(x, x_hat)
-    off = torch.full((8,), 10.0)
-    assert metrics.explained_variance(x + off, x_hat + off) == pytest.approx(base, abs=1e-9)
-    about_zero = 1 - ((x - x_hat) ** 2).sum() / ((x + off) ** 2).sum()
-    assert float(about_zero) > 0.99 > base + 0.2
-
-
-def test_streamed_ev_equals_the_one_batch_value_numerator_and_denominator_apart():
-    x, x_hat = _x(), _x(seed=1) * 0.1 + _x()
+def test_ev_by_hand_and_streamed_numerator_and_denominator_apart():
+    """x = [[1, 2], [3, 4], [5, 0]]: mean [3, 2], ‖x − x̄‖² = 4, 4, 8 (mean 16/3); x̂ off by
+    [1, 0], [0, −1], [1, 1]: ‖x − x̂‖² = 1, 1, 2 (mean 4/3). EV = 1 − (4/3)/(16/3) = 0.75,
+    MSE = 4/3. Streamed in batches of 2 and 1 the sums give the same 0.75, where a per-batch
+    ratio would not (batch 1: variance 2, error 1 -> 0.5; batch 2: one token, no variance)."""
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 0.0]])
+    x_hat = x + torch.tensor([[1.0, 0.0], [0.0, -1.0], [1.0, 1.0]])
+    assert metrics.explained_variance(x, x_hat) == pytest.approx(0.75)
     s = metrics.ReconstructionStats()
-    for i in range(0, 200, 30):  # uneven batches
-        s.update(x[i : i + 30], x_hat[i : i + 30])
-    assert s.explained_variance == pytest.approx(metrics.explained_variance(x, x_hat))
-    by_hand = 1 - ((x - x_hat) ** 2).sum(1).mean() / ((x - x.mean(0)) ** 2).sum(1).mean()
-    assert s.explained_variance == pytest.approx(float(by_hand), rel=1e-6)
+    s.update(x[:2], x_hat[:2])
+    s.update(x[2:], x_hat[2:])
+    assert s.explained_variance == pytest.approx(0.75)
+    assert s.fvu == pytest.approx(0.25)
+    assert s.mse == pytest.approx(4 / 3)
+    assert s.variance == pytest.approx(16 / 3)
+
+
+def test_a_constant_offset_does_not_inflate_ev():
+    """SAELens #659. The same x, x̂ as above shifted by +100 in both coordinates: about the
+    mean EV stays 0.75; about zero it would be 1 − (4/3) / E‖x‖² with E‖x‖² ≈ 2·100² -> 0.99993."""
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 0.0]])
+    x_hat = x + torch.tensor([[1.0, 0.0], [0.0, -1.0], [1.0, 1.0]])
+    assert metrics.explained_variance(x + 100.0, x_hat + 100.0) == pytest.approx(0.75)
 
 
 def test_l0_counts_negative_latents_and_firing_stats():
@@ -133,3 +137,49 @@ def test_non_negative_latents_recover_no_pair_and_no_pairs_is_none():
     keep = torch.tensor([0, 2, 3])
     assert metrics.pair_recovery(dec, true, z[keep], codes[keep], n_pairs=2) is None
     assert metrics.pair_recovery(dec, true, z[[0, 1, 2, 3]], codes, n_pairs=1) == 1.0
+
+
+def test_l0_bipolar_share_and_recovery_at_their_boundaries_by_hand():
+    # 1, 3 and 2 nonzeros: L0 = 2; then 1 and 4 nonzeros: 2.5 (its zeros average 1.5)
+    z = torch.tensor([[0.0, 1.0, 0.0, 0.0], [2.0, -1.0, 3.0, 0.0], [0.0, 0.0, -1.0, 4.0]])
+    assert metrics.l0(z) == pytest.approx(2.0)
+    assert metrics.l0(torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 2.0, -3.0, 4.0]])) == 2.5
+    # latent 0 fires +,+,+,+,+,+,+,+,+,− : negative share exactly 0.1 = the default min_share
+    f = metrics.FiringStats(2)
+    f.update(torch.tensor([[1.0, 0.0]] * 9 + [[-1.0, 2.0]]))
+    assert f.n == 10 and f.fires.tolist() == [10, 1] and f.neg.tolist() == [1, 0]
+    assert f.bipolar_fraction() == pytest.approx(0.5)  # latent 0 of the two that fire
+    assert f.bipolar_fraction(0.11) == 0.0
+    assert metrics.FiringStats(3).bipolar_fraction() == 0.0  # nothing fired
+    assert f.dense_fraction(0.1) == pytest.approx(0.5)  # latent 1 fires on 0.1: not above
+    # a latent at cos 0.6 with its true feature: recovered at threshold 0.6, not above
+    true = torch.tensor([[1.0, 0.0]])
+    assert metrics.recovery_rate(torch.tensor([[0.6, 0.8]]), true, threshold=0.6) == 1.0
+    assert metrics.recovery_rate(torch.tensor([[0.6, 0.8]]), true) == 0.0  # default 0.9
+    assert metrics.mcc(torch.tensor([[0.6, 0.8]]), true) == pytest.approx(0.6)
+    assert metrics.mcc(torch.tensor([[0.3, 0.4]]), true) == pytest.approx(0.6)  # not unit
+
+
+def test_top_latents_rank_the_difference_of_class_means_and_shrinkage_by_hand():
+    # class means: latent 0 [3, 3] (no difference), latent 1 [2, 1] (difference 1)
+    z = torch.tensor([[3.0, 2.0], [3.0, 2.0], [3.0, 1.0], [3.0, 1.0]])
+    y = torch.tensor([1, 1, 0, 0])
+    assert metrics.top_latents(z, y, 1).tolist() == [1]
+    with pytest.raises(ValueError, match="^sparse probing needs both classes in the training"):
+        metrics.top_latents(z, torch.zeros(4), 1)
+    # shrinkage γ = E‖x̂‖² / E⟨x̂, x⟩: tokens x = [1, 0], [0, 2], x̂ = [0.5, 0], [0, 1]:
+    # (0.25 + 1) / 2 over (0.5 + 2) / 2 = 0.5
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    assert metrics.shrinkage(x, torch.tensor([[0.5, 0.0], [0.0, 1.0]])) == pytest.approx(0.5)
+
+
+def test_firing_stats_accumulate_over_batches():
+    f = metrics.FiringStats(2)
+    f.update(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))
+    f.update(torch.tensor([[2.0, -3.0]]))
+    assert f.n == 3
+    assert f.fires.tolist() == [3, 1] and f.pos.tolist() == [2, 0] and f.neg.tolist() == [1, 1]
+    assert f.frequency().tolist() == pytest.approx([1.0, 1 / 3])
+    one = metrics.FiringStats(1)
+    one.update(torch.tensor([[1.0]]))
+    assert one.frequency().tolist() == [1.0]  # one token, fired once
