@@ -114,3 +114,10 @@ def test_tall_field_bounds():
         TallMasks.Params(n_examples=0).validate()
     with pytest.raises(ValueError, match="need MergeData"):
         select_tall_masks(ties_host_example(), {}, "val", 8, None)
+
+
+def test_equal_validation_accuracies_choose_the_smaller_lambda(monkeypatch):
+    # every λ of the grid scores the same: the official code keeps the first, 0.2
+    monkeypatch.setattr("sparsebench.methods.merging.tall_masks.accuracy", lambda *a: 0.5)
+    res = TallMasks().merge(make_inputs(), TallMasks.Params(n_examples=8))
+    assert res.info["lambdas"] == [0.2, 0.2, 0.2]
