@@ -136,3 +136,15 @@ def assert_state_close(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tens
 def problem():
     """make_inputs(n_tasks=3, seed=0, data=True, **kw) -> MergeInputs (fresh each call)."""
     return make_inputs
+
+
+def ties_host_example():
+    """Two tasks, d = 5 entries each: TIES's 20 % trim keeps n = 1 entry per task (a[0] of
+    both, 3 and 1, same sign), so τ_MTL(ties) is their disjoint *sum* a = [4, 0, 0], b = 0
+    (the mean would be 2; the untrimmed sum a = [4, -0.5, 0.5], b = [1.8, 0])."""
+    base = {"a": torch.zeros(3), "b": torch.zeros(2)}
+    experts = [
+        {"a": torch.tensor([3.0, -1.0, 0.5]), "b": torch.tensor([2.0, -0.1])},
+        {"a": torch.tensor([1.0, 0.5, 0.0]), "b": torch.tensor([-0.2, 0.1])},
+    ]
+    return MergeInputs(base, experts)

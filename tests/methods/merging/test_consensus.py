@@ -10,6 +10,7 @@ from tests.methods.merging.conftest import (
     assert_unchanged,
     make_inputs,
     snapshot,
+    ties_host_example,
 )
 
 
@@ -78,3 +79,26 @@ def test_check_allows_k_up_to_the_number_of_tasks_in_the_spec():
     Consensus.check(Consensus.Params(k=3), section)
     with pytest.raises(ValueError, match="k: 4 tasks must agree.*merges 3; allowed: 1 to 3"):
         Consensus.check(Consensus.Params(k=4), section)
+
+
+def test_ties_host_task_vectors_are_trimmed_by_hand():
+    """conftest.ties_host_example: τ_MTL(ties) a = [4, 0, 0], b = 0;
+    at λ = 0.5 task 1's mask is all on, task 2's is a = [F, T, F], b = [T, T]. k = 1: the
+    mask is all on, θ = θ0 + 0.5 τ_MTL and the task vectors are the 20 %-trimmed τ̂_t (only
+    a[0] kept: 3 and 1), not the raw τ_t; k = 2: the mask is task 2's (density 3/5)."""
+    inputs = ties_host_example()
+    res = Consensus().merge(inputs, Consensus.Params(alpha=0.5, k=1, lam=0.5, host="ties"))
+    assert torch.equal(res.state["a"], torch.tensor([2.0, 0.0, 0.0]))
+    assert torch.equal(res.state["b"], torch.zeros(2))
+    assert torch.equal(res.task_vectors[0]["a"], torch.tensor([3.0, 0.0, 0.0]))
+    assert torch.equal(res.task_vectors[1]["a"], torch.tensor([1.0, 0.0, 0.0]))
+    for tv in res.task_vectors:
+        assert torch.equal(tv["b"], torch.zeros(2))
+    res = Consensus().merge(inputs, Consensus.Params(alpha=0.5, k=2, lam=0.5, host="ties"))
+    assert res.info["consensus_density"] == pytest.approx(0.6)
+    assert torch.equal(res.state["a"], torch.zeros(3))
+
+
+def test_consensus_mask_of_one_task():
+    m = {"w": torch.tensor([True, False])}
+    assert consensus_mask([m], 1)["w"].tolist() == [True, False]

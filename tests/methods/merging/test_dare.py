@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from sparsebench.methods.merging.base import MergeInputs
@@ -132,3 +133,28 @@ def test_dare_ties_searches_lambda_then_k_then_p():
         (["lam"], [LAMBDA_GRID], {"p": 0.0}),
         (["p"], [P_GRID], {}),
     ]
+
+
+def test_drop_rate_bounds():
+    tv = [{"w": torch.ones(3)}]
+    for p in (1.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match=r"drop rate p must be in \[0, 1\)"):
+            dare(tv, p, seed=0)
+
+
+def test_masks_come_from_seed_times_1000003_plus_task():
+    """The documented generator: task t's uniforms are those of manual_seed(seed·1000003 + t)
+    (drawn here independently), kept where u >= p and rescaled by 1/(1 − p)."""
+    v = torch.arange(1.0, 9.0)
+    out = dare([{"w": v}, {"w": v}], 0.5, seed=3)
+    for t in (0, 1):
+        u = torch.rand(8, generator=torch.Generator().manual_seed(3 * 1_000_003 + t))
+        assert torch.equal(out[t]["w"], torch.where(u >= 0.5, 2 * v, torch.zeros(8)))
+
+
+def test_dare_ties_scales_by_lambda():
+    """One expert, p = 0, k = 1: TIES keeps τ whole, so θ = θ0 + 0.5 τ."""
+    base = {"w": torch.tensor([1.0, 2.0])}
+    inputs = MergeInputs(base, [{"w": torch.tensor([3.0, -2.0])}])
+    res = DareTies().merge(inputs, DareTies.Params(p=0.0, k=1.0, lam=0.5))
+    assert torch.equal(res.state["w"], torch.tensor([2.0, 0.0]))

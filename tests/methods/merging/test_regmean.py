@@ -86,3 +86,28 @@ def test_non_linear_parameters_are_averaged():
 def test_needs_data():
     with pytest.raises(ValueError, match="data"):
         RegMean().merge(make_inputs(data=False), RegMean.Params())
+
+
+def test_singular_gram_on_the_first_input_keeps_its_column_average():
+    # only input 1 is excited (G = [[0, 0], [0, 5]]): column 0 stays the average (1 + 5)/2 = 3
+    # (not the mean of all entries, 2.5); column 1 is the G-weighted (1·5 + 2·(−1))/3 = 1
+    x = torch.tensor([[0.0, 1.0], [0.0, 2.0]])
+    ws = [torch.tensor([[1.0, 5.0]]), torch.tensor([[5.0, -1.0]])]
+    got = regmean_weight(ws, [x.T @ x, 2 * x.T @ x], alpha=1.0)
+    assert torch.allclose(got, torch.tensor([[3.0, 1.0]]), atol=1e-6)
+
+
+class RowsData:
+    """linear_inputs returns (task + 1)·x as layer "w"'s input rows."""
+
+    def linear_inputs(self, trunk, task, x):
+        return {"w": (task + 1) * x}
+
+
+def test_grams_sum_over_every_chunk():
+    # 300 examples: more than one forward chunk (256), so G must add the chunks' Grams
+    x = torch.arange(600.0).reshape(300, 2) / 100
+    for task in (0, 1):
+        g = gram_matrices(RowsData(), {}, task, x)["w"]
+        want = (task + 1) ** 2 * (x.double().T @ x.double())
+        torch.testing.assert_close(g, want)

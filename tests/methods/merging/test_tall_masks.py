@@ -6,10 +6,17 @@ from sparsebench.methods.merging.base import MergeInputs
 from sparsebench.methods.merging.tall_masks import (
     TALL_LAMBDA_GRID,
     TallMasks,
+    mask_density,
     multitask_vector,
+    select_tall_masks,
     tall_mask,
 )
-from tests.methods.merging.conftest import assert_unchanged, make_inputs, snapshot
+from tests.methods.merging.conftest import (
+    assert_unchanged,
+    make_inputs,
+    snapshot,
+    ties_host_example,
+)
 
 
 def test_mask_formula_by_hand():
@@ -72,3 +79,45 @@ def test_ties_host_and_needs_data():
     assert len(res.per_task) == 3
     with pytest.raises(ValueError, match="data"):
         TallMasks().merge(inputs, TallMasks.Params())
+
+
+def test_ties_host_by_hand():
+    inputs = ties_host_example()
+    mtl = multitask_vector(inputs.task_vectors(), "ties")
+    assert torch.equal(mtl["a"], torch.tensor([4.0, 0.0, 0.0]))
+    assert torch.equal(mtl["b"], torch.zeros(2))
+    # λ = 0.5. Task 1: |τ1| > 0.5 |τ_MTL − τ1| everywhere (a[0]: 3 > 0.5). Task 2: a[0]
+    # 1 > 0.5·3 fails, so θ_2 = θ0 + 0 = θ0.
+    res = TallMasks().merge(inputs, TallMasks.Params(lam=0.5, host="ties"))
+    assert torch.equal(res.per_task[0]["a"], torch.tensor([4.0, 0.0, 0.0]))
+    assert torch.equal(res.per_task[0]["b"], torch.zeros(2))
+    assert torch.equal(res.per_task[1]["a"], torch.zeros(3))
+    assert torch.equal(res.per_task[1]["b"], torch.zeros(2))
+
+
+def test_one_task_multitask_vector_is_its_vector():
+    tv = {"w": torch.tensor([1.0, -2.0])}
+    assert torch.equal(multitask_vector([tv])["w"], tv["w"])
+
+
+def test_mask_density_of_an_empty_mask_is_zero():
+    assert mask_density({}) == 0.0
+    assert mask_density({"w": torch.tensor([True, False, False, False])}) == 0.25
+
+
+def test_tall_field_bounds():
+    for ok in ({"lam": 0.0}, {"lam": 0.5}, {"n_examples": 1}):
+        TallMasks.Params(**ok).validate()
+    with pytest.raises(ValueError, match="lam must be >= 0"):
+        TallMasks.Params(lam=-0.1).validate()
+    with pytest.raises(ValueError, match="n_examples must be >= 1"):
+        TallMasks.Params(n_examples=0).validate()
+    with pytest.raises(ValueError, match="need MergeData"):
+        select_tall_masks(ties_host_example(), {}, "val", 8, None)
+
+
+def test_equal_validation_accuracies_choose_the_smaller_lambda(monkeypatch):
+    # every λ of the grid scores the same: the official code keeps the first, 0.2
+    monkeypatch.setattr("sparsebench.methods.merging.tall_masks.accuracy", lambda *a: 0.5)
+    res = TallMasks().merge(make_inputs(), TallMasks.Params(n_examples=8))
+    assert res.info["lambdas"] == [0.2, 0.2, 0.2]

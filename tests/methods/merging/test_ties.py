@@ -150,3 +150,28 @@ def test_sign_conflict_by_hand():
     assert sign_conflict([a, c]) == 0.0  # no coordinate nonzero in both
     neg = {"w": -a["w"], "v": -a["v"]}
     assert sign_conflict([a, neg]) == 1.0  # every shared coordinate flips
+
+
+def test_trim_edges_by_hand():
+    """d = 4 entries per task: k = 1/4 keeps n = 1 (the largest), k = 0.1 rounds to n = 0
+    (all zeros, same keys and shapes), k = 1 and k = 1.5 keep everything; every task of
+    the list is trimmed, not only the first."""
+    tvs = [
+        {"a": torch.tensor([1.0, -4.0]), "b": torch.tensor([[2.0, 0.5]])},
+        {"a": torch.tensor([-3.0, 0.25]), "b": torch.tensor([[0.5, 1.0]])},
+    ]
+    one = trim(tvs, 0.25)
+    assert len(one) == 2
+    assert torch.equal(one[0]["a"], torch.tensor([0.0, -4.0]))
+    assert torch.equal(one[0]["b"], torch.zeros(1, 2))
+    assert torch.equal(one[1]["a"], torch.tensor([-3.0, 0.0]))
+    assert torch.equal(one[1]["b"], torch.zeros(1, 2))
+    none = trim(tvs, 0.1)
+    assert len(none) == 2
+    for t in none:
+        assert torch.equal(t["a"], torch.zeros(2)) and torch.equal(t["b"], torch.zeros(1, 2))
+    for k in (1.0, 1.5):
+        full = trim(tvs, k)
+        assert len(full) == 2
+        for got, tv in zip(full, tvs, strict=True):
+            assert torch.equal(got["a"], tv["a"]) and torch.equal(got["b"], tv["b"])
