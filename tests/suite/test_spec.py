@@ -48,8 +48,9 @@ def test_default_spec_is_valid_and_expands():
     # (6 sparse methods + a second SET setting) x 3 sparsities x 3 seeds + dense x 3 seeds
     assert len(cells) == 7 * 3 * 3 + 3
     every = spec.cells()
-    # the hessian, kernels, merging (3 references + 5 methods, one seed) and SAE slices
-    assert len(every) == len(cells) + 16 + 2 + 8 + 6
+    # the hessian, kernels, merging (3 references + 5 methods, one seed) and SAE (5
+    # architectures x 2 settings, one seed) slices
+    assert len(every) == len(cells) + 16 + 2 + 8 + 5 * 2
     records = {paths.record(spec.benchmark, c.pillar, c.id) for c in every}
     assert len(records) == len(every)
 
