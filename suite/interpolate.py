@@ -8,8 +8,9 @@ neighbours: error-vs-sparsity curves are close to one, and linear-in-y interpola
 convex curve overstates them); otherwise linear in y (a fraction can be 0). Never
 extrapolated: outside the sweep's range the value is None, except that a t beyond an end of
 the sweep by at most ``rtol`` (relative; 1 %, ours) is read at that end point: a knob that
-sets x only to within a fraction of a percent (an SAE's L0 at its nominal k lands 0.5 % either
-side of k) would otherwise miss the end points of its own sweep. Inside the range it always
+sets x only to within a fraction of a percent of its nominal value (a measured outcome
+landing just either side of the value the knob aims at) would otherwise miss the end points of
+its own sweep. Inside the range it always
 interpolates, so the tolerance never replaces a reading by a neighbour's.
 """
 
