@@ -296,3 +296,54 @@ def test_rows_of_other_expert_sets_are_labelled_apart():
     runs = pl.DataFrame({"model": ["mlp", "mlp", "vit", "vit"], "experts": ["a", "b", "c", None]})
     out = label_expert_sets(runs)["model"].to_list()
     assert out == ["mlp [a]", "mlp [b]", "vit", "vit"]
+
+
+def test_trunk_hash_is_sha256_of_names_dtypes_shapes_and_bytes():
+    import hashlib
+    import struct
+
+    one = {"w": torch.tensor([1.0, -2.0])}
+    # by hand: the name, dtype and shape, then the little-endian float32 bytes of 1.0 and -2.0
+    want = hashlib.sha256(b"w|torch.float32|(2,)|" + struct.pack("<2f", 1.0, -2.0)).hexdigest()
+    assert arts.trunk_hash(one) == want
+    assert arts.trunk_hash({"w": one["w"].clone()}) == want  # content, not identity
+    nudged = torch.tensor([1.0, torch.nextafter(torch.tensor(-2.0), torch.tensor(0.0)).item()])
+    assert arts.trunk_hash({"w": nudged}) != want  # one ulp in one entry
+    assert arts.trunk_hash({"v": one["w"]}) != want  # another name
+    assert arts.trunk_hash({"w": one["w"].view(1, 2)}) != want  # another shape
+
+
+def _save_batch(spec, other_base_for: str | None = None):
+    """θ0 and the experts of ``spec``'s one (mlp, seed 0) batch, saved by hand; the expert of
+    task ``other_base_for`` records the hash of a different θ0 of the same shapes."""
+    sec = spec.data["merging"]
+    cfg = arts.config(sec, "mlp")
+    torch.manual_seed(0)
+    base = {k: torch.randn_like(v) for k, v in build_trunk(cfg).state_dict().items()}
+    other = {k: v + 1.0 for k, v in base.items()}
+    arts.save(arts.base_id(sec, "mlp", 0), base, {"kind": "base"})
+    for t in sec["tasks"]:
+        n = load_task(t, "data").num_classes
+        head = {"head.weight": torch.zeros(n, cfg.width), "head.bias": torch.zeros(n)}
+        made_from = other if t == other_base_for else base
+        meta = {"kind": "expert", "base_sha256": arts.trunk_hash(made_from)}
+        arts.save(arts.expert_id(sec, "mlp", 0, t), {**base, **head}, meta)
+
+
+def test_an_expert_made_from_another_theta0_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
+    spec = _spec(methods={"task_arithmetic": {"lam": 0.3}}, references=[])
+    _save_batch(spec, other_base_for="digits_mirror")
+    [record] = run_batch(spec, PILLAR, PILLAR.cells(spec), root=tmp_path, progress=lambda m: None)
+    assert record["status"] == "failed"
+    err = record["error"]
+    assert "digits_mirror" in err and "meta.json" in err and "base_sha256" in err
+    assert "another θ0" in err and "delete its folder" in err
+
+
+def test_experts_made_from_the_batchs_theta0_merge(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
+    spec = _spec(methods={"task_arithmetic": {"lam": 0.3}}, references=[])
+    _save_batch(spec)
+    [record] = run_batch(spec, PILLAR, PILLAR.cells(spec), root=tmp_path, progress=lambda m: None)
+    assert record["status"] == "ok", record.get("error")
