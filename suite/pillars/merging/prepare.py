@@ -15,6 +15,7 @@ from sparsebench.suite import registry
 from sparsebench.suite.pillar import Cell
 
 from . import artefacts as arts
+from .diagnostics import batch_diagnostics
 from .job import BatchState, TaskBank
 from .tasks import load_task
 
@@ -88,6 +89,7 @@ def load_state(section: Mapping[str, Any], data_root: str, cells: Sequence[Cell]
                 bank.evaluate(e, i, split, limit)[0] for i, e in enumerate(experts)
             ]
         bank.selection = (state.expert_acc["val"], state.select_examples)
+        state.diagnostics = batch_diagnostics(bank, base, experts, state.select_examples)
         out.states[(model, seed)] = state
         for c in mine:
             if c.columns["kind"] == "merge":
