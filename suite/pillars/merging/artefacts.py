@@ -60,8 +60,12 @@ def base_id(section: Mapping[str, Any], model: str, seed: int) -> str:
     return f"{model_id(section, model)}/seed{seed}/base"
 
 
+# v2: artefacts made from θ0 record its content hash (``base_sha256``), checked at merge time
+ARTEFACT_VERSION = 2
+
+
 def _ft(section: Mapping[str, Any]) -> str:
-    return _hash(section["finetune"])
+    return _hash({"finetune": section["finetune"], "v": ARTEFACT_VERSION})
 
 
 def expert_id(section: Mapping[str, Any], model: str, seed: int, task: str) -> str:
@@ -70,7 +74,7 @@ def expert_id(section: Mapping[str, Any], model: str, seed: int, task: str) -> s
 
 def method_folder(section: Mapping[str, Any], method: str, request: MethodArtefact) -> str:
     """``m-<method>-<kind>-<r>``: the folder (under a seed's) of one method artefact."""
-    key = {"params": dict(request.params), "finetune": section["finetune"]}
+    key = {"params": dict(request.params), "finetune": section["finetune"], "v": ARTEFACT_VERSION}
     return f"m-{method}-{request.kind}-{_hash(key)}"
 
 
@@ -149,6 +153,32 @@ def load(artefact_id: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         f"`sparsebench build merging --artefact {artefact_id} --spec SPEC`",
         "merging artefact",
     )
+
+
+def trunk_hash(tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 of a state dict's content (names, dtypes, shapes and bytes, in name order): the
+    identity of the θ0 an expert was fine-tuned from, which its ``meta.json`` records."""
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def check_base(artefact_id: str, meta: Mapping[str, Any], base_id_: str, base_hash: str) -> None:
+    """Refuse an artefact made from another θ0 than the batch's (same shapes would merge
+    silently into nonsense): its ``base_sha256`` must be the hash of ``base_id_``'s trunk."""
+    got = meta.get("base_sha256")
+    if got != base_hash:
+        raise ValueError(
+            f"{files(artefact_id)[1]}: base_sha256 is {got!r}, but the θ0 it is merged with "
+            f"({files(base_id_)[0]}) hashes to {base_hash!r}: this artefact was made from "
+            f"another θ0; delete its folder {paths.artefact(PILLAR, artefact_id)} and rerun to "
+            "rebuild it from this one"
+        )
 
 
 def split_head(tensors: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], tuple]:

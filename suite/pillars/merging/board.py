@@ -48,7 +48,9 @@ def per_task(runs: pl.DataFrame) -> pl.DataFrame:
 
 def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
     """One row per (model, method, setting): means ± std over seeds, rank by normalized
-    accuracy among the merges of a model (references are not ranked)."""
+    accuracy among the single-model merges of a model, and apart from them among the merges
+    that keep one trunk per task (TALL masks: T trunks and the task id at inference);
+    references are not ranked."""
     ok = _ok(runs)
     if ok.is_empty():
         return pl.DataFrame()
@@ -63,6 +65,7 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
             pl.col("min_norm_acc").mean().alias("min_norm_acc"),
             pl.col("density").mean().alias("density"),
             pl.col("sign_conflict").mean().alias("sign_conflict"),
+            pl.col("sign_conflict_chance").mean().alias("sign_conflict_chance"),
             pl.col("merge_s").mean().alias("merge_s"),
             pl.col("examples").mean().alias("examples"),
             pl.col("chosen_json").unique().sort().str.join(" / ").alias("chosen"),
@@ -75,11 +78,15 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
             pl.col("per_task_models").any().alias("per_task_models"),
         )
         .with_columns(pl.col("kind").eq("reference").alias("_ref"))
-        .sort("model", "_ref", "norm_acc", descending=[False, False, True])
+        .sort(
+            "model", "_ref", "per_task_models", "norm_acc", descending=[False, False, False, True]
+        )
     )
     rank = (
         pl.when(pl.col("kind") == "merge")
-        .then(pl.col("norm_acc").rank("min", descending=True).over("model", "kind"))
+        .then(
+            pl.col("norm_acc").rank("min", descending=True).over("model", "kind", "per_task_models")
+        )
         .otherwise(None)
         .cast(pl.Int64)
     )
@@ -134,6 +141,7 @@ def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
     for (model,), g in board.group_by("model", maintain_order=True):
         tasks = runs.filter(pl.col("model") == model)["tasks"].drop_nulls()
         lines += [f"## {model}: {tasks[0] if len(tasks) else ''}", ""]
+        lines += setting_lines(runs.filter(pl.col("model") == model))
         main = g.select(
             pl.col("rank").map_elements(fmt, return_dtype=pl.String).alias("rank"),
             pl.when(pl.col("per_task_models") & (pl.col("kind") == "merge"))
@@ -146,6 +154,7 @@ def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
             "min_norm_acc",
             "density",
             "sign_conflict",
+            pl.col("sign_conflict_chance").alias("chance"),
             "merge_s",
             "examples",
             "seeds",
@@ -155,9 +164,11 @@ def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
         lines += md_table(main)
         lines += [
             "",
-            "† one trunk per task (TALL masks), not one merged model. `edge`: searched "
-            "parameters chosen at the end of their grid in some seed (the optimum may lie "
-            "outside it).",
+            "† one trunk per task (TALL masks), not one merged model: ranked apart from the "
+            "single-model merges. `chance`: the sign conflict that independent fair signs on "
+            "the same nonzero pattern give (1 − 2^(1−T) for dense vectors of T tasks). `edge`: "
+            "searched parameters chosen at the end of their grid in some seed (the optimum may "
+            "lie outside it).",
             "",
             "Per-task test accuracy (mean over seeds):",
             "",
@@ -167,6 +178,37 @@ def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
         lines += md_table(short) + [""]
     lines += failed_lines(runs)
     return "\n".join(lines)
+
+
+DIAGNOSTICS = ("tau_rel_norm", "tau_cosine", "own_gain", "others_cost")
+
+
+def setting_lines(runs: pl.DataFrame) -> list[str]:
+    """One line on the setting of a trunk's batches (diagnostics.py), mean ± std over seeds:
+    whether its task vectors are small, near orthogonal, and add to or take from a task."""
+    ok = _ok(runs)
+    if ok.is_empty() or any(c not in ok.columns for c in DIAGNOSTICS):
+        return []
+    per_seed = ok.group_by("seed").agg(pl.col(c).drop_nulls().first() for c in DIAGNOSTICS)
+    per_seed = per_seed.drop_nulls()
+    if per_seed.is_empty():
+        return []
+
+    def pm(c: str, scale: float = 1.0, digits: int = 3) -> str:
+        v = per_seed[c] * scale
+        std = v.std() if len(v) > 1 else None
+        return f"{v.mean():.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
+
+    lam = ok["others_lambda"].drop_nulls()
+    lam_text = f"{lam[0]:g}" if len(lam) else "?"
+    n = len(per_seed)
+    return [
+        f"Setting ({n} seed{'s' if n > 1 else ''}, validation): ‖τ_t‖/‖θ0‖ "
+        f"{pm('tau_rel_norm')}; mean cosine between tasks' vectors {pm('tau_cosine')}; a "
+        f"task's own vector adds {pm('own_gain', 100, 1)} points to θ0; the other tasks' "
+        f"vectors at λ = {lam_text} change the expert by {pm('others_cost', 100, 1)} points.",
+        "",
+    ]
 
 
 def _pm(col: str) -> pl.Expr:

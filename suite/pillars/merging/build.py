@@ -48,6 +48,7 @@ def build(section: Mapping[str, Any], data_root: str, artefact: Artefact) -> Non
         acc, loss = evaluate(module.trunk, head, task.val)
         meta = {
             "task": p["task"],
+            "base_sha256": arts.trunk_hash(base),
             "zero_shot_val_acc": zero_shot[0],
             "val_acc": acc,
             "val_loss": loss,
@@ -71,6 +72,7 @@ def build(section: Mapping[str, Any], data_root: str, artefact: Artefact) -> Non
         )
         meta = {
             "tasks": [t.name for t in tasks],
+            "base_sha256": arts.trunk_hash(base),
             "val_acc": {t.name: evaluate(module.trunk, h, t.val)[0] for t, h in zip(tasks, heads)},
         }
         tensors = dict(module.trunk.state_dict())
@@ -127,6 +129,7 @@ def _method_artefact(section: Mapping[str, Any], data_root: str, cfg, p: Mapping
         "method": p["method"],
         "artefact": request.kind,
         "request": dict(request.params),
+        "base_sha256": arts.trunk_hash(base),
         **ctx.meta,
     }
     if set(tensors) == set(base):  # a trunk: its validation accuracy under the task's head

@@ -43,6 +43,7 @@ from sparsebench.methods.merging.base import (
 )
 from sparsebench.suite.memory import peak_mb, reset_peak
 
+from .diagnostics import chance_of
 from .models import build_trunk, groups, linear_modules
 from .tasks import TaskData
 
@@ -132,6 +133,8 @@ class BatchState:
     select_examples: int | None = None  # validation examples per task the selection reads
     # the cell's method artefacts: kind -> one state dict per task (MergeInputs.artefacts)
     artefacts: dict[str, list[dict[str, torch.Tensor]]] = field(default_factory=dict)
+    # the batch's setting diagnostics (diagnostics.batch_diagnostics), in every record
+    diagnostics: dict[str, Any] = field(default_factory=dict)
 
 
 def scores(
@@ -230,6 +233,8 @@ def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any
         val_norm_acc=val["norm_acc"],
         density=density(tvs),
         sign_conflict=sign_conflict(tvs),
+        sign_conflict_chance=chance_of(tvs),
+        **state.diagnostics,
         merge_s=merge_s,
         select_s=select_s,
         n_candidates=len(curve),
@@ -308,6 +313,8 @@ def run_reference(state: BatchState, name: str) -> dict[str, Any]:
         val_norm_acc=val["norm_acc"],
         density=density(tvs) if tvs else 0.0,
         sign_conflict=sign_conflict(tvs) if tvs and len(tvs) > 1 else None,
+        sign_conflict_chance=chance_of(tvs),
+        **state.diagnostics,
         merge_s=0.0,
         select_s=0.0,
         n_candidates=1,

@@ -15,6 +15,7 @@ from sparsebench.suite import registry
 from sparsebench.suite.pillar import Cell
 
 from . import artefacts as arts
+from .diagnostics import batch_diagnostics
 from .job import BatchState, TaskBank
 from .tasks import load_task
 
@@ -33,9 +34,17 @@ class MergingState:
         return dataclasses.replace(state, artefacts=own) if own else state
 
 
+def _load_from(section: Mapping[str, Any], aid: str, model: str, seed: int, base_hash: str):
+    """The tensors of artefact ``aid``, refused unless it was made from this batch's θ0."""
+    tensors, meta = arts.load(aid)
+    arts.check_base(aid, meta, arts.base_id(section, model, seed), base_hash)
+    return tensors
+
+
 def _own_artefacts(
-    section: Mapping[str, Any], cell: Cell, cache: dict[str, dict[str, torch.Tensor]]
-) -> dict[str, list[dict[str, torch.Tensor]]]:
+    section: Mapping[str, Any], cell: Cell, cache: dict[str, dict[str, torch.Tensor]],
+    base_hash: str,
+) -> dict[str, list[dict[str, torch.Tensor]]]:  # fmt: skip
     """kind -> per-task tensors of the artefacts ``cell``'s method setting declares."""
     info = registry.get_method(cell.method, ("merging",))
     params = registry.build_params(info, json.loads(cell.params_json), families=("merging",))
@@ -46,7 +55,7 @@ def _own_artefacts(
         for t in section["tasks"]:
             aid = arts.method_artefact_id(section, model, cell.seed, t, cell.method, request)
             if aid not in cache:
-                cache[aid] = arts.load(aid)[0]
+                cache[aid] = _load_from(section, aid, model, cell.seed, base_hash)
             per_task.append(cache[aid])
         out[request.kind] = per_task
     return out
@@ -59,15 +68,18 @@ def load_state(section: Mapping[str, Any], data_root: str, cells: Sequence[Cell]
     for model, seed in dict.fromkeys((c.columns["model"], c.seed) for c in cells):
         cfg = arts.config(section, model)
         base, _ = arts.load(arts.base_id(section, model, seed))
+        base_hash = arts.trunk_hash(base)
         experts, heads = [], []
         for t in section["tasks"]:
-            trunk, head = arts.split_head(arts.load(arts.expert_id(section, model, seed, t))[0])
+            eid = arts.expert_id(section, model, seed, t)
+            trunk, head = arts.split_head(_load_from(section, eid, model, seed, base_hash))
             experts.append(trunk)
             heads.append(head)
         mine = [c for c in cells if c.columns["model"] == model and c.seed == seed]
         multitask = None
         if any(c.method == "multitask" and c.columns["kind"] == "reference" for c in mine):
-            multitask = arts.load(arts.multitask_id(section, model, seed))[0]
+            mid = arts.multitask_id(section, model, seed)
+            multitask = _load_from(section, mid, model, seed, base_hash)
         bank = TaskBank(cfg, heads, tasks)
         state = BatchState(
             cfg, bank, base, experts, multitask, select_examples=section["select_examples"]
@@ -77,10 +89,11 @@ def load_state(section: Mapping[str, Any], data_root: str, cells: Sequence[Cell]
                 bank.evaluate(e, i, split, limit)[0] for i, e in enumerate(experts)
             ]
         bank.selection = (state.expert_acc["val"], state.select_examples)
+        state.diagnostics = batch_diagnostics(bank, base, experts, state.select_examples)
         out.states[(model, seed)] = state
         for c in mine:
             if c.columns["kind"] == "merge":
-                own = _own_artefacts(section, c, cache)
+                own = _own_artefacts(section, c, cache, base_hash)
                 if own:
                     out.own[c.id] = own
     return out

@@ -21,6 +21,14 @@ COLUMNS: dict[str, type] = {
     "per_task_json": str,  # {task: {acc, loss, expert_acc, normalized}} on test
     "density": float,  # nonzero fraction of the task vectors the method combined
     "sign_conflict": float,  # among coordinates with >= 2 nonzero entries, mixed signs
+    "sign_conflict_chance": float,  # what independent fair signs give on the same pattern
+    # the batch's setting (diagnostics.py; the same in every record of a trunk and seed)
+    "tau_rel_norm": float,  # mean over tasks of ||tau_t|| / ||theta0||
+    "tau_cosine": float,  # mean cosine between distinct tasks' vectors
+    "own_gain": float,  # mean over tasks of acc(theta_t) - acc(theta0), validation
+    "others_cost": float,  # mean of acc(theta_t + 0.3 sum_{s!=t} tau_s) - acc(theta_t)
+    "others_lambda": float,  # the lambda of others_cost
+    "diagnostics_json": str,  # per task: tau_rel_norm, own_gain, others_cost
     "merge_s": float,  # wall-clock of the chosen merge (no evaluation)
     "select_s": float,  # wall-clock of the whole validation search (merges + evaluations)
     "n_candidates": int,  # grid points evaluated on validation
@@ -48,6 +56,11 @@ class MergingSchema(CommonSchema):
     avg_loss: float = pa.Field(ge=0.0, nullable=True)
     density: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     sign_conflict: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    sign_conflict_chance: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    tau_rel_norm: float = pa.Field(ge=0.0, nullable=True)
+    tau_cosine: float = pa.Field(ge=-1.0, le=1.0, nullable=True)
+    own_gain: float = pa.Field(ge=-1.0, le=1.0, nullable=True)
+    others_cost: float = pa.Field(ge=-1.0, le=1.0, nullable=True)
     merge_s: float = pa.Field(ge=0.0, nullable=True)
     examples: int = pa.Field(ge=0, nullable=True)
     peak_mem_mb: float = pa.Field(ge=0.0, nullable=True)

@@ -296,3 +296,101 @@ def test_rows_of_other_expert_sets_are_labelled_apart():
     runs = pl.DataFrame({"model": ["mlp", "mlp", "vit", "vit"], "experts": ["a", "b", "c", None]})
     out = label_expert_sets(runs)["model"].to_list()
     assert out == ["mlp [a]", "mlp [b]", "vit", "vit"]
+
+
+def test_trunk_hash_is_sha256_of_names_dtypes_shapes_and_bytes():
+    import hashlib
+    import struct
+
+    one = {"w": torch.tensor([1.0, -2.0])}
+    # by hand: the name, dtype and shape, then the little-endian float32 bytes of 1.0 and -2.0
+    want = hashlib.sha256(b"w|torch.float32|(2,)|" + struct.pack("<2f", 1.0, -2.0)).hexdigest()
+    assert arts.trunk_hash(one) == want
+    assert arts.trunk_hash({"w": one["w"].clone()}) == want  # content, not identity
+    nudged = torch.tensor([1.0, torch.nextafter(torch.tensor(-2.0), torch.tensor(0.0)).item()])
+    assert arts.trunk_hash({"w": nudged}) != want  # one ulp in one entry
+    assert arts.trunk_hash({"v": one["w"]}) != want  # another name
+    assert arts.trunk_hash({"w": one["w"].view(1, 2)}) != want  # another shape
+
+
+def _save_batch(spec, other_base_for: str | None = None):
+    """θ0 and the experts of ``spec``'s one (mlp, seed 0) batch, saved by hand; the expert of
+    task ``other_base_for`` records the hash of a different θ0 of the same shapes."""
+    sec = spec.data["merging"]
+    cfg = arts.config(sec, "mlp")
+    torch.manual_seed(0)
+    base = {k: torch.randn_like(v) for k, v in build_trunk(cfg).state_dict().items()}
+    other = {k: v + 1.0 for k, v in base.items()}
+    arts.save(arts.base_id(sec, "mlp", 0), base, {"kind": "base"})
+    for t in sec["tasks"]:
+        n = load_task(t, "data").num_classes
+        head = {"head.weight": torch.zeros(n, cfg.width), "head.bias": torch.zeros(n)}
+        made_from = other if t == other_base_for else base
+        meta = {"kind": "expert", "base_sha256": arts.trunk_hash(made_from)}
+        expert = {k: v + 0.01 * torch.randn_like(v) for k, v in base.items()}
+        arts.save(arts.expert_id(sec, "mlp", 0, t), {**expert, **head}, meta)
+
+
+def test_an_expert_made_from_another_theta0_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
+    spec = _spec(methods={"task_arithmetic": {"lam": 0.3}}, references=[])
+    _save_batch(spec, other_base_for="digits_mirror")
+    [record] = run_batch(spec, PILLAR, PILLAR.cells(spec), root=tmp_path, progress=lambda m: None)
+    assert record["status"] == "failed"
+    err = record["error"]
+    assert "digits_mirror" in err and "meta.json" in err and "base_sha256" in err
+    assert "another θ0" in err and "delete its folder" in err
+
+
+def test_experts_made_from_the_batchs_theta0_merge(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
+    spec = _spec(methods={"task_arithmetic": {"lam": 0.3}}, references=[])
+    _save_batch(spec)
+    [record] = run_batch(spec, PILLAR, PILLAR.cells(spec), root=tmp_path, progress=lambda m: None)
+    assert record["status"] == "ok", record.get("error")
+    # two dense task vectors: mixed signs by chance on half the coordinates; τ = 0.01·N(0, 1)
+    # against θ0 ~ N(0, 1) of the same shapes: ||τ|| / ||θ0|| ≈ 0.01
+    assert record["sign_conflict_chance"] == pytest.approx(0.5)
+    assert record["tau_rel_norm"] == pytest.approx(0.01, rel=0.05)
+    assert abs(record["tau_cosine"]) < 0.05 and record["others_lambda"] == 0.3
+    assert set(json.loads(record["diagnostics_json"])) == {"digits", "digits_mirror"}
+
+
+def _row(method, norm, seed=0, kind="merge", per_task_models=False, **extra):
+    per = {"a": {"acc": norm, "loss": 0.1, "expert_acc": 1.0, "normalized": norm}}
+    return {
+        "model": "mlp", "method": method, "setting": "", "kind": kind, "status": "ok",
+        "seed": seed, "tasks": "a,b", "norm_acc": norm, "avg_acc": norm, "min_norm_acc": norm,
+        "density": 1.0, "sign_conflict": 0.6, "sign_conflict_chance": 0.5, "merge_s": 0.0,
+        "examples": 0, "chosen_json": "{}", "at_grid_edge": "",
+        "per_task_models": per_task_models, "per_task_json": json.dumps(per),
+        "tau_rel_norm": 0.05, "tau_cosine": 0.02, "own_gain": 0.2, "others_cost": -0.03,
+        "others_lambda": 0.3, **extra,
+    }  # fmt: skip
+
+
+def test_per_task_trunks_are_ranked_apart_and_the_setting_is_shown():
+    import polars as pl
+
+    from sparsebench.suite.pillars.merging.board import leaderboard, markdown
+
+    runs = pl.DataFrame(
+        [
+            _row("task_arithmetic", 0.80),
+            _row("ties", 0.82),
+            _row("tall_masks", 0.99, per_task_models=True),
+            _row("zero_shot", 0.70, kind="reference"),
+            _row("ties", 0.84, seed=1, tau_rel_norm=0.07, own_gain=0.24),
+        ]
+    )
+    board = leaderboard(runs)
+    ranks = dict(zip(board["method"], board["rank"]))
+    # TIES (0.83 mean) first among single models, TA second; TALL first of its own group
+    assert ranks == {"ties": 1, "task_arithmetic": 2, "tall_masks": 1, "zero_shot": None}
+    text = markdown(board, runs)
+    # the setting line: seeds 0 and 1 give ‖τ‖/‖θ0‖ 0.05 and 0.07 (mean 0.060, std 0.014),
+    # own gain 20 and 24 points (22.0 ± 2.8)
+    assert "Setting (2 seeds, validation): ‖τ_t‖/‖θ0‖ 0.060 ± 0.014;" in text
+    assert "own vector adds 22.0 ± 2.8 points" in text
+    assert "at λ = 0.3 change the expert by -3.0 ± 0.0 points" in text
+    assert "| sign_conflict | chance |" in text
