@@ -72,8 +72,8 @@ def _accumulate_vmap(data, params, task, xb, yb, kind, fisher) -> None:
             fisher[k] += (w * j.detach() ** 2).sum((0, 1))
     else:
 
-        def log_lik(p, x1, y1):
-            return log_probs(p, x1)[y1]
+        def log_lik(p, x1, y1):  # gather, not [y1]: indexing by a tensor is .item() in vmap
+            return log_probs(p, x1).gather(0, y1.reshape(1)).squeeze(0)
 
         g = vmap(grad(log_lik), in_dims=(None, 0, 0))(params, xb, yb.to(xb.device))
         for k, gk in g.items():

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from sparsebench.methods.merging.adamerging import AdaMergingLayer, AdaMergingTask
+from sparsebench.methods.merging.base import MergeInputs
 from tests.methods.merging.conftest import assert_unchanged, make_inputs, snapshot
 
 
@@ -81,3 +82,78 @@ def test_a_start_at_the_clamps_end_is_moved_inside_and_learns():
         del AdaMergingTask.initial_lambda
     assert res.info["init"] == pytest.approx(0.999)
     assert res.info["lambdas"] != pytest.approx([0.999] * 3)  # it moved
+
+
+class OneHotData:
+    """Three tasks, trunk {a, b, c} of shape (1,): task t's inputs are the one-hot row e_t,
+    features(x) = x ∘ (a, b, c), task t's logits (f_t, 0). Its entropy falls as |f_t| grows,
+    and a task's input reaches only its own coordinate: a batch sliced into the wrong task
+    gives f = 0 there (no gradient)."""
+
+    n_tasks = 3
+
+    def __init__(self, score=None):
+        self.score = score
+
+    def examples(self, task, split, n):
+        return torch.eye(3)[task].repeat(n, 1), torch.zeros(n, dtype=torch.long)
+
+    def features(self, trunk, x):
+        return x * torch.cat([trunk["a"], trunk["b"], trunk["c"]])
+
+    def head_logits(self, task, features):
+        return torch.stack([features[:, task], torch.zeros(features.shape[0])], 1)
+
+    def logits(self, trunk, task, x):
+        return self.head_logits(task, self.features(trunk, x))
+
+    def selection_score(self, trunk):
+        return self.score(trunk)
+
+
+def one_hot_inputs(score=None):
+    """θ0 = (a, b, c) = (0, 1, 0); τ_0 = +1 on a, τ_1 = −1 on b, τ_2 = +1 on c, so the merge
+    is a = λ_0, b = 1 − λ_1, c = λ_2."""
+    z, one = torch.zeros(1), torch.ones(1)
+    base = {"a": z, "b": one, "c": z}
+    experts = [{"a": one, "b": one, "c": z}, {"a": z, "b": z, "c": z}, {"a": z, "b": one, "c": one}]
+    return MergeInputs(base, experts, data=OneHotData(score))
+
+
+@pytest.mark.parametrize("clamp", [True, False])
+def test_one_adam_step_by_hand(clamp):
+    """From λ = 0.5 every f_t = 0.5 > 0, so ∂H/∂λ_0 < 0, ∂H/∂λ_1 > 0 (b = 1 − λ_1), ∂H/∂λ_2 < 0.
+    Adam's first step is lr · g / (|g| + ε) ≈ lr · sign(g): with lr 2, λ_raw = (2.5, −1.5, 2.5).
+    Clamped to [0, 1]: λ = (1, 0, 1), so a = 1, b = 1 − 0 = 1, c = 1; without the clamp
+    a = 2.5, b = 1 + 1.5 = 2.5, c = 2.5. (With weight decay 1 the gradient of λ_0 would be
+    −0.12 + 0.5 > 0: the step would go the other way.)"""
+    inputs = one_hot_inputs()
+    params = AdaMergingTask.Params(
+        steps=1, lr=2.0, init=0.5, batch_size=1, n_examples=1, clamp=clamp
+    )
+    res = AdaMergingTask().merge(inputs, params)
+    lam = [1.0, 0.0, 1.0] if clamp else [2.5, -1.5, 2.5]
+    value = 1.0 if clamp else 2.5
+    assert res.info["lambdas"] == pytest.approx(lam, abs=1e-5)
+    for k in "abc":
+        assert res.state[k].tolist() == pytest.approx([value], abs=1e-5), k
+    for tv, e in zip(res.task_vectors, inputs.experts):  # the raw τ_t
+        assert {k: tv[k].tolist() for k in tv} == {k: (e[k] - inputs.base[k]).tolist() for k in e}
+
+
+def test_initial_lambda_is_the_grid_point_with_the_best_score_by_hand():
+    """τ_0 + τ_1 + τ_2 = (a, b, c) += (1, −1, 1); the score −(a − 0.05)² peaks at λ = 0.05
+    (a = λ); a constant score ties every λ: the first, 0.01."""
+    peak = one_hot_inputs(score=lambda t: -float((t["a"] - 0.05) ** 2))
+    assert AdaMergingTask.initial_lambda(peak, AdaMergingTask.Params()) == 0.05
+    flat = one_hot_inputs(score=lambda t: 0.0)
+    assert AdaMergingTask.initial_lambda(flat, AdaMergingTask.Params()) == 0.01
+    # two entries summed per entry, not over the tensor: τ = (1, 0) and (0, 1) sum to (1, 1),
+    # and the score −Σ (w − 0.05)² peaks at λ = 0.05 (a tensor-wide sum, 1 + 1 = 2, would
+    # put the peak at λ = 0.025, between grid points)
+    base = {"w": torch.zeros(2)}
+    experts = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 1.0])}]
+    two = MergeInputs(
+        base, experts, data=OneHotData(lambda t: -float(((t["w"] - 0.05) ** 2).sum()))
+    )
+    assert AdaMergingTask.initial_lambda(two, AdaMergingTask.Params()) == 0.05

@@ -320,3 +320,62 @@ def test_host_parameters_the_host_does_not_take_are_refused(params, match):
     with pytest.raises(ValueError, match=match):
         Cass.Params(**params).validate()
     Cass.Params(host="dare_ties", p=0.5, k=0.5).validate()  # takes both
+
+
+def test_host_field_bounds_and_their_messages():
+    for ok in (
+        Cass.Params(lam=0.0),
+        Cass.Params(host="ties", k=1.0),
+        Cass.Params(host="dare_ta", p=0.0),
+    ):
+        ok.validate()  # the closed ends: λ = 0, k = 1, p = 0
+    for bad, match in (
+        (Cass.Params(lam=-1.0), r"^lam must be >= 0, got -1.0$"),
+        (Cass.Params(host="ties", k=0.0), r"^k must be in \(0, 1\], got 0.0$"),
+        (Cass.Params(host="ties", k=1.5), r"^k must be in \(0, 1\], got 1.5$"),
+        (Cass.Params(host="dare_ta", p=1.0), r"^p must be in \[0, 1\), got 1.0$"),
+        (Cass.Params(host="dare_ta", p=1.5), r"^p must be in \[0, 1\), got 1.5$"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            bad.validate()
+
+
+def test_select_groups_refuses_a_keep_outside_zero_one():
+    groups = make_groups()
+    scores = torch.zeros(len(groups))
+    for keep in (0.0, 1.5):
+        with pytest.raises(ValueError, match=rf"^keep must be in \(0, 1\], got {keep}$"):
+            select_groups(groups, scores, keep)
+
+
+def test_host_merge_validates_the_host_parameters():
+    from types import SimpleNamespace
+
+    from sparsebench.methods.merging.cass import host_merge
+
+    inputs = make_inputs(data=False)
+    with pytest.raises(ValueError, match=r"^lam must be >= 0, got -1.0$"):  # TA's own check
+        host_merge("task_arithmetic", inputs, inputs.experts, SimpleNamespace(lam=-1.0))
+
+
+def test_cass_needs_groups_and_a_resolved_keep():
+    inputs = make_inputs()
+    no_groups = dataclasses.replace(inputs, groups=())
+    with pytest.raises(
+        ValueError, match=r"^cass needs the trunk's groups \(MergeInputs.groups is empty\)$"
+    ):
+        Cass().merge(no_groups, Cass.Params(keep=0.5, lam=0.3))
+    with pytest.raises(ValueError, match=r"^cass needs a resolved keep \(got None\)$"):
+        Cass().merge(inputs, Cass.Params(lam=0.3))
+
+
+def test_cass_tuning_keeps_the_hosts_own_task_vectors():
+    """TIES host, k = 0.2 over d = 5 entries: each masked expert's τ keeps its single largest
+    entry, a[0] (3 and 1), the rest trimmed to 0 (conftest.ties_host_example)."""
+    from tests.methods.merging.conftest import ties_host_example
+
+    ex = ties_host_example()
+    inputs = dataclasses.replace(ex, artefacts={"masked_expert": ex.experts})
+    res = CassTuning().merge(inputs, CassTuning.Params(host="ties", lam=1.0, k=0.2))
+    assert [tv["a"].tolist() for tv in res.task_vectors] == [[3.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    assert [tv["b"].tolist() for tv in res.task_vectors] == [[0.0, 0.0], [0.0, 0.0]]

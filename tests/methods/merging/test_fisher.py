@@ -110,3 +110,76 @@ def test_fisher_average_by_hand_with_and_without_normalised_fishers():
     normed = fisher_average(experts, fishers, normalize=True)
     assert normed["w"].tolist() == pytest.approx([2.5, 16 / 3])
     assert float(normed["b"]) == pytest.approx(8e-6 / 0.8, rel=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["exact", "empirical"])
+def test_vmap_path_needs_no_loop_and_sums_every_chunk(kind, monkeypatch):
+    """The per-example vmap handles both kinds (the loop is only for a ``data.logits`` vmap
+    cannot trace), and a Jacobian budget of one example per chunk sums every chunk."""
+    from sparsebench.methods.merging import fisher as fisher_module
+
+    def no_loop(*args):
+        raise AssertionError("the vmap path fell back to the loop")
+
+    monkeypatch.setattr(fisher_module, "_accumulate_loop", no_loop)
+    monkeypatch.setattr(fisher_module, "_JACOBIAN_BUDGET", 1)  # chunks of one example
+    inputs = make_inputs()
+    x, y = inputs.data.examples(1, "train", 5)
+    got = diagonal_fisher(inputs.data, inputs.experts[1], 1, x, y, kind)
+    exp = brute_force_fisher(inputs.data, inputs.experts[1], 1, x, y, kind)
+    assert_state_close(got, exp, rtol=1e-4, atol=1e-7)
+
+
+class LoopOnlyLinearData:
+    """logits = x @ wᵀ, with a Python branch on x that vmap cannot trace; the trunk's
+    ``unused`` entry takes no part."""
+
+    def logits(self, trunk, task, x):
+        if float(x.sum()) > 1e9:
+            raise AssertionError
+        return x @ trunk["w"].T
+
+
+@pytest.mark.parametrize("kind", ["exact", "empirical"])
+def test_loop_fallback_by_hand_with_an_unused_parameter(kind):
+    """x = (1, 0), w = 0: p = (1/2, 1/2), ∂ log p_c / ∂w_j = (δ_cj − p_j) xᵀ, so every class
+    gives squared rows (1/4, 0) for j = 0, 1. Exact: Σ_c p_c · that = (1/4, 0) per row;
+    empirical (label 0): the same. ``unused`` has no gradient: Fisher 0."""
+    trunk = {"w": torch.zeros(2, 2), "unused": torch.ones(3)}
+    x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([0])
+    got = diagonal_fisher(LoopOnlyLinearData(), trunk, 0, x, y, kind)
+    torch.testing.assert_close(got["w"], torch.tensor([[0.25, 0.0], [0.25, 0.0]]))
+    assert got["unused"].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_normalised_fishers_below_unit_norm_by_hand():
+    """F_1 = [0.3, 0.4] (‖F_1‖ = 0.5) -> F_1 / 0.5 = [0.6, 0.8]; F_2 = [4, 0] (‖F_2‖ = 4) ->
+    [1, 1e-6 / 4]; θ_1 = [0, 0], θ_2 = [1, 1]: w_0 = (0.6 · 0 + 1 · 1) / 1.6 = 0.625,
+    w_1 = 2.5e-7 / (0.8 + 2.5e-7) ≈ 3.125e-7."""
+    experts = [{"w": torch.tensor([0.0, 0.0])}, {"w": torch.tensor([1.0, 1.0])}]
+    fishers = [{"w": torch.tensor([0.3, 0.4])}, {"w": torch.tensor([4.0, 0.0])}]
+    got = fisher_average(experts, fishers, normalize=True)["w"].tolist()
+    assert got == pytest.approx([0.625, 3.125e-7], rel=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["exact", "empirical"])
+def test_merge_by_hand_from_brute_force_fishers(kind):
+    """θ* = Σ_t F̃_t θ_t / Σ_t F̃_t with F̃_t = max(F_t, 1e-6) / ‖F_t‖ (normalize), F_t the
+    brute-force Fisher of expert t on its first 6 train examples; info's fisher_mean is the
+    mean entry of each F_t."""
+    inputs = make_inputs()
+    fishers = []
+    for t, e in enumerate(inputs.experts):
+        x, y = inputs.data.splits[(t, "train")]
+        fishers.append(brute_force_fisher(inputs.data, e, t, x[:6], y[:6], kind))
+    res = Fisher().merge(inputs, Fisher.Params(n_examples=6, fisher=kind, normalize=True))
+    norms = [sum(float((f**2).sum()) for f in fi.values()) ** 0.5 for fi in fishers]
+    for k in inputs.base:
+        w = [fi[k].clamp(min=1e-6) / n for fi, n in zip(fishers, norms)]
+        expected = sum(wi * e[k] for wi, e in zip(w, inputs.experts)) / sum(w)
+        torch.testing.assert_close(res.state[k], expected, rtol=1e-4, atol=1e-6)
+    means = [
+        sum(float(f.sum()) for f in fi.values()) / sum(f.numel() for f in fi.values())
+        for fi in fishers
+    ]
+    assert res.info["fisher_mean"] == pytest.approx(means, rel=1e-4)

@@ -111,3 +111,30 @@ def test_grams_sum_over_every_chunk():
         g = gram_matrices(RowsData(), {}, task, x)["w"]
         want = (task + 1) ** 2 * (x.double().T @ x.double())
         torch.testing.assert_close(g, want)
+
+
+class TaskScaledGramData(FakeData):
+    """Task t's linear inputs are (t + 1) · I rows, so G_t = (t + 1)² I; one more linear key,
+    ``extra.weight``, that the trunk does not hold."""
+
+    linear_keys = ("fc0.weight", "fc1.weight", "extra.weight")
+
+    def linear_inputs(self, trunk, task, x):
+        return {
+            "fc0.weight": (task + 1) * torch.eye(trunk["fc0.weight"].shape[1]),
+            "fc1.weight": (task + 1) * torch.eye(trunk["fc1.weight"].shape[1]),
+            "extra.weight": torch.eye(2),
+        }
+
+
+def test_task_grams_weight_the_experts_and_keys_outside_the_trunk_are_skipped():
+    """α = 1, G_t = (t + 1)² I for t = 0, 1: W* = (1 · W_0 + 4 · W_1) / 5; the bias is the
+    plain mean; ``extra.weight`` is in every Gram but not in the trunk: not a RegMean layer."""
+    inputs = make_inputs(n_tasks=2)
+    inputs.data = TaskScaledGramData(2, 0)
+    res = RegMean().merge(inputs, RegMean.Params(alpha=1.0, n_examples=4))
+    e0, e1 = inputs.experts
+    for k in ("fc0.weight", "fc1.weight"):
+        torch.testing.assert_close(res.state[k], (e0[k] + 4 * e1[k]) / 5)
+    torch.testing.assert_close(res.state["fc0.bias"], (e0["fc0.bias"] + e1["fc0.bias"]) / 2)
+    assert res.info["regmean_layers"] == 2

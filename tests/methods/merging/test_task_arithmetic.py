@@ -37,3 +37,10 @@ def test_inputs_not_modified():
     snap = snapshot(inputs)
     TaskArithmetic().merge(inputs, TaskArithmetic.Params(lam=0.3))
     assert_unchanged(inputs, snap)
+
+
+def test_task_vectors_are_the_raw_ones():
+    base = {"w": torch.tensor([1.0, 2.0])}
+    experts = [{"w": torch.tensor([2.0, 2.0])}, {"w": torch.tensor([1.0, 0.0])}]
+    res = TaskArithmetic().merge(MergeInputs(base, experts), TaskArithmetic.Params(lam=0.5))
+    assert [tv["w"].tolist() for tv in res.task_vectors] == [[1.0, 0.0], [0.0, -2.0]]
