@@ -249,6 +249,7 @@ class MergingPillar(Pillar):
                                 "kind": kind,
                                 "tasks": ",".join(tasks),
                                 "n_tasks": len(tasks),
+                                "head_shots": sec["head_shots"],
                                 "setting": label,
                             },
                         )

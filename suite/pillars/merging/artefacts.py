@@ -64,8 +64,13 @@ def base_id(section: Mapping[str, Any], model: str, seed: int) -> str:
 ARTEFACT_VERSION = 2
 
 
+def _heads_and_finetune(section: Mapping[str, Any]) -> dict[str, Any]:
+    """What an expert depends on beyond θ0: its head's examples and its fine-tuning."""
+    return {"finetune": section["finetune"], "head_shots": section["head_shots"]}
+
+
 def _ft(section: Mapping[str, Any]) -> str:
-    return _hash({"finetune": section["finetune"], "v": ARTEFACT_VERSION})
+    return _hash({**_heads_and_finetune(section), "v": ARTEFACT_VERSION})
 
 
 def expert_id(section: Mapping[str, Any], model: str, seed: int, task: str) -> str:
@@ -74,7 +79,7 @@ def expert_id(section: Mapping[str, Any], model: str, seed: int, task: str) -> s
 
 def method_folder(section: Mapping[str, Any], method: str, request: MethodArtefact) -> str:
     """``m-<method>-<kind>-<r>``: the folder (under a seed's) of one method artefact."""
-    key = {"params": dict(request.params), "finetune": section["finetune"], "v": ARTEFACT_VERSION}
+    key = {"params": dict(request.params), **_heads_and_finetune(section), "v": ARTEFACT_VERSION}
     return f"m-{method}-{request.kind}-{_hash(key)}"
 
 

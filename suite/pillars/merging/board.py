@@ -126,14 +126,25 @@ def _number(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+def heads_text(runs: pl.DataFrame) -> str:
+    """How the frozen task heads were fit, from the records' ``head_shots``."""
+    shots = runs["head_shots"].unique().to_list() if "head_shots" in runs.columns else []
+    if len(shots) != 1:
+        return "θ0 with the frozen task heads"
+    if shots[0] is None:
+        return "θ0 with heads fit on each task's whole training split: not zero-shot"
+    return f"θ0 with heads fit on {shots[0]} labelled examples per class"
+
+
 def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
     lines = [
         "# Model merging",
         "",
         "Normalized accuracy = mean over tasks of (merged ÷ expert test accuracy); ± is the "
         "std over seeds; hyperparameters chosen on validation (`chosen`). References: "
-        "`zero_shot` (θ0 + heads), `individual` (each expert on its own task), `multitask` "
-        "(joint fine-tuning). Density: nonzeros of the task vectors the method merged.",
+        f"`zero_shot` ({heads_text(runs)}), `individual` (each expert on its own task), "
+        "`multitask` (joint fine-tuning). Density: nonzeros of the task vectors the method "
+        "merged.",
         "",
     ]
     if board.is_empty():

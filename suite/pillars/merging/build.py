@@ -42,13 +42,14 @@ def build(section: Mapping[str, Any], data_root: str, artefact: Artefact) -> Non
         task = load_task(p["task"], data_root)
         trunk0 = build_trunk(cfg)
         trunk0.load_state_dict(base)
-        head = fit_head(trunk0, task.train, seed)
+        head = fit_head(trunk0, task.train, seed, section["head_shots"])
         zero_shot = evaluate(trunk0, head, task.val)
         module = train(cfg, base, [head], [task.train], arts.recipe(section, "finetune"), seed)
         acc, loss = evaluate(module.trunk, head, task.val)
         meta = {
             "task": p["task"],
             "base_sha256": arts.trunk_hash(base),
+            "head_shots": section["head_shots"],
             "zero_shot_val_acc": zero_shot[0],
             "val_acc": acc,
             "val_loss": loss,

@@ -13,6 +13,7 @@ COLUMNS: dict[str, type] = {
     "kind": str,  # "merge" | "reference"
     "tasks": str,  # the merged tasks, comma-separated, in order
     "n_tasks": int,
+    "head_shots": int,  # labelled examples per class each task head was fit on (null: all)
     "avg_acc": float,  # mean over tasks of the test accuracy
     "norm_acc": float,  # mean over tasks of (merged test acc ÷ expert test acc)
     "min_norm_acc": float,  # the worst task's normalized test accuracy
@@ -50,6 +51,7 @@ class MergingSchema(CommonSchema):
     kind: str = pa.Field(isin=["merge", "reference"])
     status: str = pa.Field(isin=["ok", "failed", "diverged"])
     n_tasks: int = pa.Field(ge=2)
+    head_shots: int = pa.Field(ge=1, nullable=True)
     avg_acc: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     norm_acc: float = pa.Field(ge=0.0, nullable=True)
     min_norm_acc: float = pa.Field(ge=0.0, nullable=True)

@@ -2,8 +2,9 @@
 
 * θ0: the trunk pre-trained on the label-free rotation task (:func:`train` with trainable heads);
 * a task head: a linear probe (scikit-learn's multinomial logistic regression) on θ0's
-  features of the task's train split, frozen from then on (:func:`fit_head`), the role of
-  CLIP's zero-shot heads in Ilharco et al. 2023;
+  features of a few labelled examples per class of the task's train split (the section's
+  ``head_shots``), frozen from then on (:func:`fit_head`), the role of CLIP's zero-shot heads
+  in Ilharco et al. 2023, which never see the task's training set;
 * an expert: the whole trunk fine-tuned from θ0 on one task under its frozen head
   (:func:`train`), optionally with its update confined to a mask (a method's masked
   fine-tune, through ``ArtefactContext.finetune``);
@@ -168,14 +169,30 @@ def features(trunk: nn.Module, x: torch.Tensor, batch: int = 512) -> torch.Tenso
     return torch.cat([trunk(x[i : i + batch]) for i in range(0, x.shape[0], batch)])
 
 
-def fit_head(trunk: nn.Module, data: TensorDataset, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Linear probe on the trunk's features: multinomial logistic regression (L2, C = 1,
+def few_shot(y: torch.Tensor, shots: int | None, seed: int) -> torch.Tensor:
+    """Indices of ``shots`` examples of every class of ``y`` (all of a class that has fewer),
+    drawn by a permutation seeded with ``seed``, in ascending order; every index when
+    ``shots`` is None."""
+    if shots is None:
+        return torch.arange(len(y))
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    picked = [order[y[order] == c][:shots] for c in torch.unique(y).tolist()]
+    return torch.cat(picked).sort().values
+
+
+def fit_head(
+    trunk: nn.Module, data: TensorDataset, seed: int, shots: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Linear probe on the trunk's features of ``shots`` examples per class of ``data``
+    (:func:`few_shot`; None: all of them): multinomial logistic regression (L2, C = 1,
     L-BFGS, scikit-learn's defaults, features standardised inside the fit and folded back
     into the weights). Returns (weight (classes, dim), bias (classes,)); a two-class task gets
     two rows (±½ of the binary logit) so every head is a softmax over its classes."""
     from sklearn.linear_model import LogisticRegression
 
     x, y = data.tensors
+    keep = few_shot(y, shots, seed)
+    x, y = x[keep], y[keep]
     f = features(trunk, x).double()
     mu, sd = f.mean(0), f.std(0).clamp_min(1e-6)
     clf = LogisticRegression(max_iter=2000, random_state=seed)

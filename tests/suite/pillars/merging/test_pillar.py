@@ -103,6 +103,9 @@ def test_artefact_ids_hash_what_defines_them_and_form_a_dag():
     osec = other.data["merging"]
     assert arts.base_id(osec, "mlp", 0) == base, "fine-tuning does not change θ0"
     assert arts.expert_id(osec, "mlp", 0, "digits") != arts.expert_id(sec, "mlp", 0, "digits")
+    full = _spec(head_shots=None).data["merging"]  # a head fit on other examples: another expert
+    assert arts.base_id(full, "mlp", 0) == base
+    assert arts.expert_id(full, "mlp", 0, "digits") != arts.expert_id(sec, "mlp", 0, "digits")
     known: set[str] = set()
     for a in PILLAR.artefacts(spec):  # inputs come before the artefacts that read them
         assert set(a.inputs) <= known, a.id
