@@ -18,7 +18,7 @@ from sparsebench.suite import registry
 from sparsebench.suite.method import MethodArtefact
 from sparsebench.suite.registry import register
 
-from ._data import loss_gradient, memo, read, require_data
+from ._data import logits, loss_gradient, memo, read, require_data
 from .base import (
     ArtefactContext,
     Group,
@@ -36,6 +36,8 @@ from .ties import K_GRID, TIES_LAMBDA_GRID, ties_stages
 KEEP_GRID = (0.25, 0.5, 0.75)  # ours: fraction of heads / neurons kept per (layer, kind)
 
 CassHost = Literal["task_arithmetic", "ties", "dare_ta", "dare_ties"]
+CassScore = Literal["taylor", "knockout"]
+CASS_SCORES = ("taylor", "knockout")
 
 
 # ------------------------------------------------------------------------------------ scores
@@ -73,6 +75,26 @@ def gradient_scores(grad: Mapping[str, torch.Tensor], groups: Sequence[Group]) -
     """c(g) = ‖∇L(θ0)[g]‖² for every group, shape (len(groups),) float64: the first-order gain
     of one gradient step restricted to g (CASS-Tuning: no τ exists before fine-tuning)."""
     return _group_sums({k: v.double() ** 2 for k, v in grad.items()}, groups)
+
+
+def knockout_scores(
+    loss, expert: Mapping[str, torch.Tensor], tv: Mapping[str, torch.Tensor],
+    groups: Sequence[Group],
+) -> torch.Tensor:  # fmt: skip
+    """c(g) = L(θ_t − τ[g]) − L(θ_t) for every group, shape (len(groups),) float64: how much
+    the task's loss rises at the expert when g's slice of τ is removed (``loss``: a trunk
+    state dict -> the task's mean loss). Exact where the Taylor score is a first-order
+    estimate at θ0, at one loss evaluation per group."""
+    at_expert = float(loss(expert))
+    out = torch.zeros(len(groups), dtype=torch.float64)
+    for i, g in enumerate(groups):
+        knocked = dict(expert)
+        for key, dim, a, b in g.slices:
+            if key not in knocked or knocked[key] is expert[key]:
+                knocked[key] = expert[key].clone()
+            knocked[key].narrow(dim, a, b - a).sub_(tv[key].narrow(dim, a, b - a))
+        out[i] = float(loss(knocked)) - at_expert
+    return out
 
 
 def select_groups(groups: Sequence[Group], scores: torch.Tensor, keep: float) -> list[int]:
@@ -237,6 +259,10 @@ class Cass(_HostParamsMixin, MergingMethod):
       first-order Taylor estimate of the loss reduction that g's slice of τ_t brings at θ0,
       c_t(g) = −⟨∇_θ L_t(θ0), τ_t[g]⟩, L_t the mean cross-entropy of θ0 with task t's head on
       the first ``n_examples`` train examples of task t;
+    * or, with ``score="knockout"`` (ours, offered because the Taylor score at θ0 is only a
+      first-order estimate, far from θ0 where τ_t is long): c_t(g) = L_t(θ_t − τ_t[g]) −
+      L_t(θ_t), the loss the expert loses when g's slice of its vector is removed, on the same
+      examples, one loss evaluation per group (:func:`knockout_scores`);
     * within each (layer, kind), the top ceil(keep · count) groups by c_t are kept (at least
       one; equal scores keep the lower index);
     * the filtered vector is τ_t on the kept groups and on every entry no group covers
@@ -274,10 +300,13 @@ class Cass(_HostParamsMixin, MergingMethod):
         k: float | None = None  # TIES trim (hosts ties, dare_ties); None: chosen over K_GRID
         p: float | None = None  # DARE drop rate (hosts dare_*); None: chosen over P_GRID
         n_examples: int = 1024  # train examples per task for ∇L_t(θ0)
+        score: CassScore = "taylor"  # or "knockout": L_t(θ_t − τ_t[g]) − L_t(θ_t)
 
         def validate(self) -> None:
             if self.keep is not None and not 0.0 < self.keep <= 1.0:
                 raise ValueError(f"keep must be in (0, 1], got {self.keep}")
+            if self.score not in CASS_SCORES:
+                raise ValueError(f"score must be one of {list(CASS_SCORES)}, got {self.score!r}")
             if self.n_examples < 1:
                 raise ValueError(f"n_examples must be >= 1, got {self.n_examples}")
             _validate_host_fields(self)
@@ -288,11 +317,20 @@ class Cass(_HostParamsMixin, MergingMethod):
             raise ValueError("cass needs the trunk's groups (MergeInputs.groups is empty)")
         if params.keep is None:
             raise ValueError("cass needs a resolved keep (got None)")
-        grads, read_n = memo(  # ∇L_t(θ0) does not depend on keep or the host's parameters
-            inputs, ("cass_grads", params.n_examples), lambda: _gradients(inputs, params.n_examples)
-        )
         tvs = inputs.task_vectors()
-        masks = contribution_masks(inputs.base, tvs, inputs.groups, grads, params.keep)
+        if params.score == "knockout":
+            scores, read_n = memo(  # nor do the knock-out losses at θ_t
+                inputs, ("cass_knockout", params.n_examples),
+                lambda: _knockouts(inputs, tvs, params.n_examples),
+            )  # fmt: skip
+            chosen = [select_groups(inputs.groups, c, params.keep) for c in scores]
+            masks = [structured_mask(inputs.base, inputs.groups, ch) for ch in chosen]
+        else:
+            grads, read_n = memo(  # ∇L_t(θ0) does not depend on keep or the host's parameters
+                inputs, ("cass_grads", params.n_examples),
+                lambda: _gradients(inputs, params.n_examples),
+            )  # fmt: skip
+            masks = contribution_masks(inputs.base, tvs, inputs.groups, grads, params.keep)
         filtered = [  # θ0 + m_t ∘ τ_t, taken as θ_t on kept entries and θ0 elsewhere
             {k: torch.where(m[k].to(e[k].device), e[k], inputs.base[k]) for k in inputs.base}
             for e, m in zip(inputs.experts, masks)
@@ -393,6 +431,24 @@ def _gradients(inputs: MergeInputs, n: int) -> tuple[list[StateDict], int]:
         read_n += x.shape[0]
         grads.append(loss_gradient(data, inputs.base, t, x, y))
     return grads, read_n
+
+
+def _knockouts(
+    inputs: MergeInputs, tvs: Sequence[StateDict], n: int
+) -> tuple[list[torch.Tensor], int]:
+    """:func:`knockout_scores` per task t at its expert (mean cross-entropy on its first n
+    train examples with its head) and the number of examples read."""
+    data = require_data(inputs, "cass")
+    out, read_n = [], 0
+    for t, (expert, tv) in enumerate(zip(inputs.experts, tvs)):
+        x, y = read(data, t, "train", n)
+        read_n += x.shape[0]
+
+        def loss(trunk, t=t, x=x, y=y) -> float:
+            return float(F.cross_entropy(logits(data, trunk, t, x), y))
+
+        out.append(knockout_scores(loss, expert, tv, inputs.groups))
+    return out, read_n
 
 
 def _density(mask: Mapping[str, torch.Tensor]) -> float:

@@ -379,3 +379,29 @@ def test_cass_tuning_keeps_the_hosts_own_task_vectors():
     res = CassTuning().merge(inputs, CassTuning.Params(host="ties", lam=1.0, k=0.2))
     assert [tv["a"].tolist() for tv in res.task_vectors] == [[3.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
     assert [tv["b"].tolist() for tv in res.task_vectors] == [[0.0, 0.0], [0.0, 0.0]]
+
+
+def test_knockout_scores_by_hand():
+    from sparsebench.methods.merging.cass import knockout_scores
+
+    g = Group("neuron", "l", 0, (("w", 0, 0, 1),))
+    h = Group("neuron", "l", 1, (("w", 0, 1, 2), ("b", 0, 0, 1)))
+    expert = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([1.0])}
+    tv = {"w": torch.tensor([0.5, 1.0]), "b": torch.tensor([2.0])}
+
+    def loss(t):  # (w·x + b − y)² at x = (1, 1), y = 0
+        return float((t["w"].sum() + t["b"][0]) ** 2)
+
+    # at θ_t: (1 + 2 + 1)² = 16; without τ[g]: w = (0.5, 2): 3.5² = 12.25, c = −3.75;
+    # without τ[h]: w = (1, 1), b = −1: 1² = 1, c = −15
+    assert knockout_scores(loss, expert, tv, [g, h]).tolist() == [-3.75, -15.0]
+    assert expert["w"].tolist() == [1.0, 2.0] and expert["b"].tolist() == [1.0]  # untouched
+
+
+def test_knockout_score_is_a_setting_and_is_checked():
+    inputs = make_inputs()
+    p = Cass.Params(keep=0.5, lam=0.3, n_examples=64, score="knockout")
+    res = Cass().merge(inputs, p)
+    assert res.examples >= 64 and len(res.info["mask_density"]) == len(inputs.experts)
+    with pytest.raises(ValueError, match=r"score must be one of \['taylor', 'knockout'\]"):
+        Cass.Params(keep=0.5, score="exact").validate()
