@@ -86,7 +86,10 @@ def test_reintroduced_weights_state_reset_only():
     m = ArcAcdc(ArcAcdc.Params(distribution="uniform"), 0.5, _ctx(100))
     m.compress(store)
     pruned = ~store.masks["0"]
-    model(torch.randn(3, 4)).sum().backward()
+    # All-ones input: both hidden units are active (pre-activations 4 + 3 and 2 + 1, plus a
+    # bias of |b| <= 1/2), so every kept weight of layer 0 gets a gradient; a random input
+    # can leave a ReLU unit dead and the kept momentum at zero.
+    model(torch.ones(3, 4)).sum().backward()
     opt.step()
     m.decompress(store, [opt])
     assert torch.all(store.weight("0")[pruned] == 0)
