@@ -378,3 +378,31 @@ def test_check_sparsity_with_the_layers_refuses_a_head_the_budget_cannot_pay():
         HASTE.check_sparsity(params, 0.95, layers)
     HASTE.check_sparsity(params, 0.95)  # without the model there is no budget to check
     HASTE.check_sparsity(HASTE.Params(distribution="uniform", group_size=1), 0.5, layers)
+
+
+def test_headless_fan_in_is_at_least_one():
+    assert HASTE.output_fan_in(0.1, 4) == 1  # round(0.4) = 0, raised to 1
+    assert HASTE.output_fan_in(0.5, 7) == 4  # round(3.5) = 4 (to even)
+    assert HASTE.output_fan_in(1.0, 7) == 7
+
+
+def test_dense_head_message_gives_the_units_kept_outside():
+    layers = {"0": nn.Linear(3, 6)}
+    with pytest.raises(ValueError, match=r"at least group_size \+ 1 = 5 must stay outside"):
+        HASTE.check_model(HASTE.Params(group_size=4, dense_head=6), layers)
+
+
+def test_layer_counts_keep_the_first_layer_dense_when_asked():
+    # "a" dense (16), outside the budget; uniform 0.5 on the (10, 8) output: 40 = 10 rows of
+    # fan-in 4, so nothing moves between layers.
+    p = HASTE.Params(distribution="uniform", dense_first_layer=True, dense_head=0)
+    counts, fan_in = HASTE.layer_counts(p, 0.5, {"a": (4, 4), "out": (10, 8)})
+    assert counts == {"a": 16, "out": 40} and fan_in == 4
+
+
+def test_an_output_layer_alone_cannot_absorb_the_head_rounding():
+    # 70 x 0.5 = 35 nonzeros; head 1 row of 7 + 9 rows of round(28 / 9) = 3 = 34: one left over
+    # and no other sparse layer to take it.
+    p = HASTE.Params(distribution="uniform", dense_head=1)
+    with pytest.raises(ValueError, match="no other sparse layer can absorb the difference"):
+        HASTE.layer_counts(p, 0.5, {"out": (10, 7)})
