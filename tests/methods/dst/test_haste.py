@@ -406,3 +406,18 @@ def test_an_output_layer_alone_cannot_absorb_the_head_rounding():
     p = HASTE.Params(distribution="uniform", dense_head=1)
     with pytest.raises(ValueError, match="no other sparse layer can absorb the difference"):
         HASTE.layer_counts(p, 0.5, {"out": (10, 7)})
+
+
+def test_equal_counts_put_the_lower_label_first():
+    # 20 labels seen once each: all tie, so the head is the 4 lowest (a non-stable sort of 20
+    # ties picks others).
+    assert HASTE.head_labels(torch.arange(20), 20, 4).tolist() == [0, 1, 2, 3]
+
+
+def test_clustering_seeds_at_the_lowest_label_among_equally_far_ones():
+    # Labels 0-9 at (+1, 0), 10-19 at (-1, 0): the mean is the origin, every label is 1 away,
+    # so the first seed is label 0 and its group the 5 nearest (distance 0, lowest first).
+    emb = torch.tensor([[1.0, 0.0]] * 10 + [[-1.0, 0.0]] * 10)
+    groups = HASTE.cluster_groups(emb, torch.arange(20), 5)
+    assert groups[0].tolist() == [0, 1, 2, 3, 4]
+    assert sorted(int(x) for g in groups for x in g) == list(range(20))
