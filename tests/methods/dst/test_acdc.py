@@ -199,3 +199,62 @@ def test_bad_fractions_are_refused():
         build_params("acdc", {"warmup_fraction": 0.5, "final_fraction": 0.4})
     with pytest.raises(RegistryError, match="last_decompressed_fraction"):
         build_params("acdc", {"phase_fraction": 0.2, "last_decompressed_fraction": 0.1})
+
+
+def test_each_fraction_outside_its_open_interval_is_named():
+    from types import SimpleNamespace
+
+    from sparsebench.methods.dst.acdc import check_schedule_fractions
+
+    ok = dict(warmup_fraction=0.0, phase_fraction=0.1, last_decompressed_fraction=0.1)
+    # phase_fraction 1.0 is outside (0, 1) itself (the sum check would also fail, later).
+    p = SimpleNamespace(**{**ok, "phase_fraction": 1.0, "last_decompressed_fraction": 1.0})
+    with pytest.raises(ValueError, match="phase_fraction must be in"):
+        check_schedule_fractions(SimpleNamespace(**vars(p), final_fraction=0.1))
+    with pytest.raises(ValueError, match="final_fraction must be in"):
+        check_schedule_fractions(SimpleNamespace(**ok, final_fraction=1.5))
+    check_schedule_fractions(SimpleNamespace(**ok, final_fraction=0.8))  # 0 + .1 + .1 + .8 = 1
+
+
+def test_magnitude_masks_default_to_erk_and_global_can_keep_the_first_layer_dense():
+    w = {"a": torch.tensor([[0.1, -4.0, 0.3, 2.0], [-0.2, 0.5, 3.0, -1.0]])}
+    # One layer: ERK's only density is the global one, 0.5 -> the 4 largest |w|: 4, 3, 2, 1.
+    assert magnitude_masks(w, 0.5)["a"].tolist() == [
+        [False, True, False, True],
+        [False, False, True, True],
+    ]
+    w2 = {"a": torch.ones(4), "b": torch.tensor([3.0, 0.3, 0.4, 0.05])}
+    masks = magnitude_masks(w2, 0.5, "global", dense_first_layer=True)
+    # "a" is out of the budget; "b" keeps 2 of 4 on its own: 3.0 and 0.4.
+    assert masks["a"] is None and masks["b"].tolist() == [True, False, True, False]
+
+
+def test_too_short_message_names_the_method():
+    with pytest.raises(ValueError, match=r"^acdc: 9 steps are too few"):
+        AcDc.check_budget(AcDc.Params(), 9)
+
+
+def _fake(step, store):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(global_step=step, optimizers=[]), SimpleNamespace(masks=store)
+
+
+def test_a_fresh_method_compresses_at_its_first_sparse_phase():
+    _, store, _ = _conv_store()
+    m = AcDc(AcDc.Params(distribution="uniform"), 0.5, _ctx(100))  # compressed [10, 15)
+    trainer, module = _fake(10, store)
+    m.on_train_batch_start(trainer, module, None, 0)  # no on_fit_start: the store is dense
+    assert store.is_sparse and m.compressed
+
+
+def test_a_run_resumed_inside_phase_one_enters_it():
+    _, store, _ = _conv_store()
+    # warmup 0: phase 0 compressed [0, 5), phase 1 decompressed [5, 10), ...
+    m = AcDc(AcDc.Params(distribution="uniform", warmup_fraction=0.0), 0.5, _ctx(100))
+    m.compress(store)
+    trainer, module = _fake(7, store)
+    m.on_fit_start(trainer, module)  # the store is sparse: compressed
+    assert m.phase_index(7) == 1
+    m.on_train_batch_start(trainer, module, None, 0)
+    assert not store.is_sparse and not m.compressed

@@ -205,7 +205,8 @@ def test_too_short_runs_and_bad_params_are_refused():
     assert Arc.interval(Arc.Params(), 2000) == 10  # 100-step phases
     with pytest.raises(ValueError, match="no convergence check"):
         Arc.check_budget(Arc.Params(), 40)  # 2-step phases: the check at 2 is the phase's end
-    with pytest.raises(ValueError, match="warm-up rewiring phase"):
+    msg = "warm-up rewiring phase of a 100-step run is 1 step: its grown weights would never train"
+    with pytest.raises(ValueError, match=msg):
         Arc.check_budget(Arc.Params(warmup_fraction=0.01, check_interval=2), 100)  # 1 step
     Arc.check_budget(Arc.Params(warmup_fraction=0.0, check_interval=2), 100)
     with pytest.raises(ValueError, match="too few"):
@@ -235,3 +236,46 @@ def test_a_run_too_short_at_the_minimum_check_interval_says_to_train_longer():
         Arc.check_budget(Arc.Params(), 40)
     with pytest.raises(ValueError, match=r"lower check_interval \(>= 2\) or train longer"):
         Arc.check_budget(Arc.Params(check_interval=5), 100)
+
+
+def test_check_interval_is_a_whole_tenth_of_the_phase():
+    # 700 steps x 0.05 = 35-step phases: 35 // 10 = 3 steps between checks.
+    assert Arc.interval(Arc.Params(), 700) == 3
+    assert Arc.interval(Arc.Params(), 100) == 2  # 5 // 10 = 0, raised to the minimum of 2
+
+
+def test_no_check_while_compressed_and_no_iou_before_the_first():
+    store = _store()
+    m = Arc(Arc.Params(distribution="uniform"), 0.5, _ctx(100))
+    assert m.last_iou is None
+    m.compressed = True
+    assert m.check_convergence(store, 17) is False and m.truncations == []
+
+
+def test_entering_a_compressed_phase_uncompressed_compresses_to_nnz():
+    from types import SimpleNamespace
+
+    store = _store()
+    m = Arc(Arc.Params(distribution="uniform"), 0.5, _ctx(100))
+    m.nnz = {"0": 4, "2": 2}
+    m.compressed = False  # a rewiring phase that no check truncated
+    module = SimpleNamespace(masks=store)
+    store.set_mask("0", torch.ones(2, 4, dtype=torch.bool))
+    store.set_mask("2", torch.ones(2, 2, dtype=torch.bool))
+    m.enter_phase(m.phase_index(20), 20, SimpleNamespace(optimizers=[]), module)
+    # The 4 largest |w| of layer 0 (4, -3, 2, 1) and the 2 of layer 2 (-2, 1.5).
+    assert store.masks["0"].tolist() == [[True, False, True, False], [False, True, False, True]]
+    assert store.masks["2"].tolist() == [[False, True], [False, True]]
+    assert m.compressed
+
+
+def test_fit_start_keeps_the_first_layer_dense_when_asked():
+    from types import SimpleNamespace
+
+    store = _store()
+    ctx = SimpleNamespace(total_steps=100, generator=torch.Generator().manual_seed(0))
+    m = Arc(Arc.Params(distribution="uniform", dense_first_layer=True), 0.5, ctx)
+    m.on_fit_start(None, SimpleNamespace(masks=store))
+    # Layer "0" dense, outside the budget; uniform: layer "2" keeps 0.5 x 4 = 2 weights.
+    assert store.masks["0"] is None and m.nnz["0"] is None
+    assert store.nnz("2") == 2 and m.nnz["2"] == 2

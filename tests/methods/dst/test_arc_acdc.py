@@ -86,7 +86,10 @@ def test_reintroduced_weights_state_reset_only():
     m = ArcAcdc(ArcAcdc.Params(distribution="uniform"), 0.5, _ctx(100))
     m.compress(store)
     pruned = ~store.masks["0"]
-    model(torch.randn(3, 4)).sum().backward()
+    # All-ones input: both hidden units are active (pre-activations 4 + 3 and 2 + 1, plus a
+    # bias of |b| <= 1/2), so every kept weight of layer 0 gets a gradient; a random input
+    # can leave a ReLU unit dead and the kept momentum at zero.
+    model(torch.ones(3, 4)).sum().backward()
     opt.step()
     m.decompress(store, [opt])
     assert torch.all(store.weight("0")[pruned] == 0)
@@ -168,3 +171,45 @@ def test_too_short_run_is_refused():
         ArcAcdc.check_budget(ArcAcdc.Params(**FAST), 9)
     with pytest.raises(RegistryError, match="rewire_fraction"):
         build_params("arc_acdc", {"rewire_fraction": 1.5})
+
+
+def test_mask_iou_with_nothing_to_compare_is_one():
+    assert mask_iou({}, {}) == 1.0
+    assert mask_iou({"d": None}, {"d": None}) == 1.0  # dense in both: left out
+
+
+def test_no_iou_before_the_first_check():
+    assert ArcAcdc(ArcAcdc.Params(), 0.5, _ctx(100)).last_iou is None
+
+
+def test_rewire_budget_message_gives_twice_the_interval():
+    # 100 steps: 5-step compressed phases; 2 x 3 = 6 >= 5.
+    params = ArcAcdc.Params(check_interval=1, rewire_interval=3)
+    with pytest.raises(ValueError, match="2 x rewire_interval = 6 >= the 5-step"):
+        ArcAcdc.check_budget(params, 100)
+
+
+def _fake(step, store):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(global_step=step, optimizers=[]), SimpleNamespace(masks=store)
+
+
+def test_entering_a_compressed_phase_starts_the_stretch_at_that_step():
+    store = _store()
+    m = ArcAcdc(ArcAcdc.Params(distribution="uniform", **FAST), 0.5, _ctx(100))
+    trainer, module = _fake(10, store)  # compressed [10, 15)
+    m.on_train_batch_start(trainer, module, (torch.zeros(3, 4),), 0)
+    assert m.compressed and (m._sparse_since, m._sparse_until) == (10, 15)
+
+
+def test_a_phase_entered_already_compressed_keeps_its_stretch():
+    # A convergence check compressed at step 17 of [15, 20) for the stretch up to 25; entering
+    # the compressed phase [20, 25) must not restart the stretch at 20.
+    store = _store()
+    m = ArcAcdc(ArcAcdc.Params(distribution="uniform", **FAST), 0.5, _ctx(100))
+    m.compress(store)
+    m._start_sparse(17, 25)
+    trainer, module = _fake(20, store)
+    m.enter_phase(m.phase_index(20), 20, trainer, module)
+    assert (m._sparse_since, m._sparse_until) == (17, 25)

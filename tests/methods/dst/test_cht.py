@@ -246,7 +246,10 @@ def test_cht_counts_link_prediction_flops(tiny_fit):
 
 
 def test_too_short_run_is_refused():
-    with pytest.raises(ValueError, match="no topology update would happen"):
+    # The message counts epochs when it knows them, steps otherwise, and says what to change.
+    with pytest.raises(
+        ValueError, match=r"no topology update would happen in 1 epochs: .* raise end_fraction$"
+    ):
         CHT.check_budget(CHT.Params(), total_steps=10, steps_per_epoch=10)  # 1 epoch
     CHT.check_budget(CHT.Params(), total_steps=20, steps_per_epoch=10)  # step 10 < T_end = 15
     with pytest.raises(ValueError, match="no topology update would happen"):
@@ -254,7 +257,7 @@ def test_too_short_run_is_refused():
         CHT.check_budget(CHT.Params(end_fraction=0.25), total_steps=40, steps_per_epoch=10)
     with pytest.raises(ValueError, match="no topology update would happen"):
         CHT.check_budget(CHT.Params(update_interval=2), total_steps=20, steps_per_epoch=10)
-    with pytest.raises(ValueError, match="no topology update would happen"):
+    with pytest.raises(ValueError, match="no topology update would happen in 1 steps"):
         CHT.check_budget(CHT.Params(), total_steps=1)
 
 
@@ -386,3 +389,53 @@ def test_a_layer_that_regrows_nothing_does_not_signal():
     m.zeta_now = 0.3  # int(0.3 * 8) = 2 links removed, 2 regrown: exact count kept
     m.evolve(store)
     assert int(store.masks["0"].sum()) == 8 and not math.isnan(m.overlaps[1]["0"])
+
+
+def test_flops_square_the_degrees():
+    # deg_out = (3, 1), deg_in = (1, 2, 1): co-neighbour work 9 + 1 + 1 + 4 + 1 = 16; walks
+    # deg_out . (A deg_in) = (3, 1) . (4, 2) = 14.
+    adj = _graph(2, 3, [(0, 0), (1, 0), (2, 0), (1, 1)])  # (input, output)
+    assert ch3_l3_flops(adj) == 2 * 16 + 2 * 14
+    assert ch3_l3_flops(adj, weighted=True) == 2 * 16 + 4 * 14
+
+
+def test_top_k_of_zero_needs_no_candidates():
+    none = torch.zeros(2, 3, dtype=torch.bool)
+    grow = top_k_random_ties(torch.zeros(2, 3), none, 0, torch.Generator())
+    assert grow.shape == (2, 3) and not grow.any()
+
+
+def test_nothing_pending_counts_no_flops():
+    from sparsebench.methods.dst.cht import CHT
+    from tests.methods.conftest import make_ctx
+
+    model = nn.Sequential(nn.Linear(4, 4))
+    m = CHT(CHT.Params(), 0.5, make_ctx(model, input_shape=(4,)))
+    m.count_pending()  # before any regrowth queued its scoring
+    assert m.link_prediction_flops == 0.0 and m.ctx.flops.total == 0.0
+
+
+def test_a_removed_link_regrown_at_once_keeps_its_weight():
+    from sparsebench.methods.dst.cht import CHT
+    from sparsebench.suite.pillars.classification.masks import MaskStore
+    from tests.methods.conftest import make_ctx
+
+    model = nn.Sequential(nn.Linear(4, 4))
+    with torch.no_grad():
+        model[0].weight.copy_(
+            torch.tensor([[0.1, 5, 0, 0], [0.2, 6, 0, 0], [3, 7, 0, 0], [4, 8, 0, 0]])
+        )
+    store = MaskStore(model)
+    mask = torch.zeros(4, 4, dtype=torch.bool)
+    mask[:, :2] = True  # inputs 0 and 1 linked to every output; inputs 2 and 3 unlinked
+    store.set_mask("0", mask)
+    before = store.weight("0").detach().clone()
+    m = CHT(CHT.Params(early_stop_threshold=0.0), 0.5, make_ctx(model, input_shape=(4,)))
+    m.chains = []
+    m.zeta_now = 0.3  # int(0.3 * 8) = 2 removed: the 0.1 and the 0.2
+    m.evolve(store)
+    # Each removed link (o, 0) closes length-3 paths o-1-o'-0 and scores > 0; the links to the
+    # unlinked inputs 2 and 3 have no path and score 0. So the same 2 links grow back, and a
+    # link active before the update is not new: it keeps its value.
+    assert torch.equal(store.masks["0"], mask)
+    assert torch.equal(store.weight("0").detach(), before)

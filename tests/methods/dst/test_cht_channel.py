@@ -149,3 +149,21 @@ def test_cht_channel_counts_link_prediction_flops():
 def test_too_short_run_is_refused():
     with pytest.raises(ValueError, match="cht_channel: no topology update would happen"):
         CHTChannel.check_budget(CHTChannel.Params(), total_steps=10, steps_per_epoch=10)
+
+
+def test_l2_kernel_norms_by_hand():
+    w = torch.tensor([3.0, 4.0, 6.0, -8.0]).reshape(2, 1, 1, 2)  # two kernels of 2 taps
+    assert kernel_norms(w, "l2").tolist() == [[5.0], [10.0]]  # sqrt(9 + 16), sqrt(36 + 64)
+
+
+def test_magnitude_modulation_counts_weighted_path_flops():
+    m = CHTChannel(CHTChannel.Params(), 0.5, make_ctx(_cnn(), input_shape=(1, 8, 8)))
+    kept_k = torch.tensor([[True, True], [False, True]])
+    kept = kept_k[:, :, None, None].expand(2, 2, 1, 2).clone()
+    mask = torch.ones(2, 2, 1, 2, dtype=torch.bool)
+    grow = m.regrow("conv", torch.ones(2, 2, 1, 2), mask, kept)
+    assert kernel_mask(grow).tolist() == [[False, False], [True, False]]  # the one free kernel
+    m.count_pending()
+    # Kernel graph deg_out = (2, 1), deg_in = (1, 2): co-neighbour work 4 + 1 + 1 + 4 = 10;
+    # walks (2, 1) . (A deg_in) = (2, 1) . (3, 2) = 8; weighted paths cost 2 multiply-adds.
+    assert m.link_prediction_flops == 2 * 10 + 4 * 8

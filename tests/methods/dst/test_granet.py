@@ -163,7 +163,8 @@ def test_flops_count_dense_gradient_on_regeneration_steps(tiny_fit):
 def test_too_short_run_is_refused():
     with pytest.raises(ValueError, match=r"ΔT = int\(update_fraction x total_steps\)"):
         _granet(total=40).on_fit_start(None, None)
-    with pytest.raises(ValueError, match="shorter than ΔT = 10 steps"):
+    # window int(0.55 x 100) - int(0.5 x 100) = 5 steps
+    with pytest.raises(ValueError, match=r"= 5 steps\) is shorter than ΔT = 10 steps"):
         _granet(total=100, update_fraction=0.1, begin_fraction=0.5, end_fraction=0.55).on_fit_start(
             None, None
         )
@@ -219,3 +220,19 @@ def test_started_at_the_target_density_it_keeps_the_count_and_the_start_allocati
     assert GraNet.final_allocation(m.params) == "erk"
     assert GraNet.final_allocation(GraNet.Params()) == "global"
     assert module.masks.mask_updates >= 5  # regeneration still moves connections
+
+
+def test_a_dense_first_layer_is_left_out_of_the_global_pruning():
+    model = nn.Sequential(nn.Linear(2, 2, bias=False), nn.Linear(2, 2, bias=False))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[0.01, 0.02], [0.03, 0.04]]))
+        model[1].weight.copy_(torch.tensor([[1.0, -4.0], [3.0, 2.0]]))
+    store = MaskStore(model)
+    store.set_mask("1", torch.ones(2, 2, dtype=torch.bool))
+    ctx = type("C", (), {"total_steps": 100})()
+    ctx.flops = TrainFlopsCounter(layer_flops(model, (2,)))
+    # ΔT = 10, n = 1: step 10 prunes to the target 0.5 over layer "1" alone: 2 of 4 (-4, 3).
+    params = GraNet.Params(update_fraction=0.1, end_fraction=0.1, dense_first_layer=True)
+    GraNet(params, 0.5, ctx).update(store, 10, {}, batch_size=1)
+    assert store.masks["0"] is None
+    assert store.masks["1"].tolist() == [[False, True], [True, False]]

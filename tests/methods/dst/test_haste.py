@@ -378,3 +378,46 @@ def test_check_sparsity_with_the_layers_refuses_a_head_the_budget_cannot_pay():
         HASTE.check_sparsity(params, 0.95, layers)
     HASTE.check_sparsity(params, 0.95)  # without the model there is no budget to check
     HASTE.check_sparsity(HASTE.Params(distribution="uniform", group_size=1), 0.5, layers)
+
+
+def test_headless_fan_in_is_at_least_one():
+    assert HASTE.output_fan_in(0.1, 4) == 1  # round(0.4) = 0, raised to 1
+    assert HASTE.output_fan_in(0.5, 7) == 4  # round(3.5) = 4 (to even)
+    assert HASTE.output_fan_in(1.0, 7) == 7
+
+
+def test_dense_head_message_gives_the_units_kept_outside():
+    layers = {"0": nn.Linear(3, 6)}
+    with pytest.raises(ValueError, match=r"at least group_size \+ 1 = 5 must stay outside"):
+        HASTE.check_model(HASTE.Params(group_size=4, dense_head=6), layers)
+
+
+def test_layer_counts_keep_the_first_layer_dense_when_asked():
+    # "a" dense (16), outside the budget; uniform 0.5 on the (10, 8) output: 40 = 10 rows of
+    # fan-in 4, so nothing moves between layers.
+    p = HASTE.Params(distribution="uniform", dense_first_layer=True, dense_head=0)
+    counts, fan_in = HASTE.layer_counts(p, 0.5, {"a": (4, 4), "out": (10, 8)})
+    assert counts == {"a": 16, "out": 40} and fan_in == 4
+
+
+def test_an_output_layer_alone_cannot_absorb_the_head_rounding():
+    # 70 x 0.5 = 35 nonzeros; head 1 row of 7 + 9 rows of round(28 / 9) = 3 = 34: one left over
+    # and no other sparse layer to take it.
+    p = HASTE.Params(distribution="uniform", dense_head=1)
+    with pytest.raises(ValueError, match="no other sparse layer can absorb the difference"):
+        HASTE.layer_counts(p, 0.5, {"out": (10, 7)})
+
+
+def test_equal_counts_put_the_lower_label_first():
+    # 20 labels seen once each: all tie, so the head is the 4 lowest (a non-stable sort of 20
+    # ties picks others).
+    assert HASTE.head_labels(torch.arange(20), 20, 4).tolist() == [0, 1, 2, 3]
+
+
+def test_clustering_seeds_at_the_lowest_label_among_equally_far_ones():
+    # Labels 0-9 at (+1, 0), 10-19 at (-1, 0): the mean is the origin, every label is 1 away,
+    # so the first seed is label 0 and its group the 5 nearest (distance 0, lowest first).
+    emb = torch.tensor([[1.0, 0.0]] * 10 + [[-1.0, 0.0]] * 10)
+    groups = HASTE.cluster_groups(emb, torch.arange(20), 5)
+    assert groups[0].tolist() == [0, 1, 2, 3, 4]
+    assert sorted(int(x) for g in groups for x in g) == list(range(20))

@@ -212,3 +212,41 @@ def test_registered_with_source():
 
     info = get_method("mest")
     assert info.cls is MEST and "MEST" in info.source and issubclass(MEST, pl.Callback)
+
+
+def test_budget_boundaries_are_allowed():
+    # decay_fraction x 100 = 1: a one-iteration first stage is not empty.
+    MEST.check_budget(MEST.Params(decay_fraction=0.01, update_fraction=0.01), 100)
+    # ΔT = w = 9, T_end = 95: the last growth at (94 // 9) x 9 = 90 is pruned at 99, the last
+    # iteration of a 100-iteration run.
+    MEST.check_budget(MEST.Params(update_fraction=0.09, end_fraction=0.95), 100)
+
+
+def test_importance_without_a_gradient_is_the_magnitude():
+    w = torch.tensor([-0.5, 0.25])  # exact in float32
+    assert MEST.importance(w, None, 0.5).tolist() == [0.5, 0.25]
+
+
+def _hard_update(global_seed):
+    model = nn.Linear(10, 10, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.arange(1.0, 101.0).reshape(10, 10))  # distinct magnitudes
+    store = MaskStore(model)
+    store.set_mask("", torch.arange(100).reshape(10, 10) % 2 == 0)  # 50 active
+    model.weight.grad = torch.zeros(10, 10)
+    m = MEST(MEST.Params(soft_bound=False), 0.5, ctx=_ctx(100))
+    m.targets, m.history = {"": 50}, []
+    torch.manual_seed(global_seed)  # the global RNG must not matter
+    m._update(0, store, prune=False, rate=0.2)  # k = 10 dropped and regrown
+    return store.masks[""].clone()
+
+
+def test_mutation_draws_from_the_run_generator():
+    a, b = _hard_update(1), _hard_update(2)
+    assert int(a.sum()) == 50 and torch.equal(a, b)
+    mask = torch.zeros(100, dtype=torch.bool)
+    torch.manual_seed(1)
+    x = MEST.grow_random(mask, 10, torch.Generator().manual_seed(5))[1]
+    torch.manual_seed(2)
+    y = MEST.grow_random(mask, 10, torch.Generator().manual_seed(5))[1]
+    assert int(x.sum()) == 10 and torch.equal(x, y)

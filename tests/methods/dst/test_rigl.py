@@ -159,3 +159,28 @@ def test_grown_weights_start_at_zero_with_zero_momentum_in_a_real_fit(tiny_fit):
     assert checked == 9 * 3  # updates 3..27 on the three layers
     assert n_grown > 50
     assert regrown > 0  # some grown positions had momentum before they were dropped
+
+
+def test_one_update_per_captured_gradient():
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from sparsebench.suite.pillars.classification.flops import TrainFlopsCounter, layer_flops
+    from sparsebench.suite.pillars.classification.masks import MaskStore
+
+    model = nn.Sequential(nn.Linear(4, 2, bias=False))
+    store = MaskStore(model)
+    store.set_mask("0", torch.tensor([[True, True, False, False], [True, True, False, False]]))
+    ctx = SimpleNamespace(total_steps=1000, flops=TrainFlopsCounter(layer_flops(model, (4,))))
+    r = RigL(RigL.Params(), 0.5, ctx)
+    module = SimpleNamespace(masks=store, parameters=model.parameters)
+    trainer = SimpleNamespace(global_step=0)
+    r.on_train_batch_start(trainer, module, (torch.zeros(2, 4),), 0)  # step 0 updates
+    assert store.capture_dense_grads
+    store.dense_grads["0"] = torch.ones(2, 4)
+    r.on_before_optimizer_step(trainer, module, None)
+    # A second hook call in the same iteration (a second optimizer) must not update again.
+    assert not store.capture_dense_grads
+    r.on_before_optimizer_step(trainer, module, None)
+    assert len(r.update_seconds) == 1

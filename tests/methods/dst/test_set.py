@@ -129,3 +129,70 @@ def test_a_one_epoch_run_is_refused_in_epoch_mode():
     with pytest.raises(ValueError, match="train at least 2 epochs"):
         SET.check_budget(SET.Params(), total_steps=55, steps_per_epoch=55)
     SET.check_budget(SET.Params(), total_steps=110, steps_per_epoch=55)  # 82 >= 55: one update
+
+
+def _store(values):
+    from torch import nn
+
+    from sparsebench.suite.pillars.classification.masks import MaskStore
+
+    model = nn.Sequential(nn.Linear(len(values[0]), len(values), bias=False))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor(values))
+    store = MaskStore(model)
+    store.set_mask("0", model[0].weight != 0)
+    return store
+
+
+def _ctx(total_steps, steps_per_epoch):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        generator=torch.Generator().manual_seed(0),
+        total_steps=total_steps,
+        steps_per_epoch=steps_per_epoch,
+        epochs=total_steps // steps_per_epoch,
+    )
+
+
+def test_cosine_anneal_sets_the_removed_fraction_of_the_step():
+    from types import SimpleNamespace
+
+    store = _store([[-4.0, -3.0, -2.0, -1.0, 1.0, 2.0, 3.0, 4.0, 0.0, 0.0, 0.0, 0.0]])
+    params = SET.Params(
+        zeta=0.5,
+        end_fraction=1.0,
+        update_interval=10,
+        drop_fraction_anneal="cosine",
+        regrowth_init="zero",
+    )
+    s = SET(params, 0.5, _ctx(100, 10))
+    # zeta(50) = 0.5 / 2 x (1 + cos(pi x 50 / 100)) = 0.25; signs pooled: int(0.25 x 8) = 2
+    # removed, 2 regrown at zero (the constant 0.5 would move 4).
+    s._evolve_all(SimpleNamespace(masks=store), 50)
+    w, mask = store.weight("0").detach(), store.masks["0"]
+    assert int(mask.sum()) == 8 and int((mask & (w == 0)).sum()) == 2
+
+
+def test_no_topology_change_after_the_last_epoch():
+    from types import SimpleNamespace
+
+    values = [[-4.0, -3.0, -2.0, -1.0, 1.0, 2.0, 3.0, 4.0, 0.0, 0.0, 0.0, 0.0]]
+    store = _store(values)
+    s = SET(SET.Params(end_fraction=1.0, regrowth_init="zero"), 0.5, _ctx(30, 10))
+    module = SimpleNamespace(masks=store)
+    s.on_train_epoch_end(SimpleNamespace(current_epoch=2, global_step=30), module)  # epoch 3 of 3
+    assert store.weight("0").tolist() == values
+    # The end of epoch 2 does evolve: int(0.3 x 4) = 1 of each sign removed, regrown at zero.
+    s.on_train_epoch_end(SimpleNamespace(current_epoch=1, global_step=20), module)
+    assert int((store.masks["0"] & (store.weight("0") == 0)).sum()) == 2
+
+
+def test_budget_boundaries_of_set():
+    with pytest.raises(ValueError, match="<= update_interval = 75"):
+        SET.check_budget(SET.Params(update_interval=75), total_steps=100)  # T_end = 75
+    SET.check_budget(SET.Params(update_interval=74), total_steps=100)
+    # on_fit_start checks the run's epochs: one epoch of 55 steps is too short.
+    s = SET(SET.Params(), 0.5, _ctx(55, 55))
+    with pytest.raises(ValueError, match="train at least 2 epochs"):
+        s.on_fit_start(None, None)

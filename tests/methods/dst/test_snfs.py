@@ -192,3 +192,31 @@ def test_bad_params_are_refused():
         build_params("snfs", {"prune_rate": 0.3, "prune_rate_min": 0.4})
     with pytest.raises(RegistryError, match="momentum must be in"):
         build_params("snfs", {"momentum": 1.0})
+
+
+def test_the_store_stops_capturing_after_the_momentum_update():
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from sparsebench.suite.pillars.classification.flops import TrainFlopsCounter, layer_flops
+    from sparsebench.suite.pillars.classification.masks import MaskStore
+
+    model = nn.Sequential(nn.Linear(4, 2, bias=False))
+    store = MaskStore(model)
+    store.set_mask("0", torch.tensor([[True, True, False, False], [True, True, False, False]]))
+    s = _snfs()
+    s.ctx.flops = TrainFlopsCounter(layer_flops(model, (4,)))
+    s.momenta = {"0": torch.zeros(2, 4)}
+    module = SimpleNamespace(masks=store)
+    s.on_train_batch_start(None, module, (torch.zeros(3, 4),), 0)
+    assert store.capture_dense_grads
+    store.dense_grads["0"] = torch.ones(2, 4)
+    s.on_before_optimizer_step(None, module, None)
+    assert not store.capture_dense_grads and store.dense_grads == {}
+
+
+def test_allocation_rounds_by_largest_remainder():
+    # Shares 1 : 3 of 1 slot: real 0.25 and 0.75, both floor to 0; the larger remainder
+    # (layer "b", not the first by name) takes the slot.
+    assert SNFS.allocate({"a": 1.0, "b": 3.0}, 1, {"a": 5, "b": 5}) == {"a": 0, "b": 1}

@@ -17,3 +17,13 @@ def test_static_mask_never_changes_and_hits_density(tiny_fit, distribution):
 def test_dense_has_no_mask(tiny_fit):
     module, _ = tiny_fit("dense", 0.0, epochs=1)
     assert not module.masks.is_sparse and module.masks.sparsity() == 0.0
+
+
+def test_final_allocation_is_the_start_distribution():
+    from types import SimpleNamespace
+
+    from sparsebench.methods.dst.static import Static
+
+    # Static never moves weights between layers: the record says the start's allocation.
+    assert Static.final_allocation(Static.Params(distribution="uniform")) == "uniform"
+    assert Static.final_allocation(SimpleNamespace()) is None  # params without a distribution

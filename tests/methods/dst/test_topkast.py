@@ -263,3 +263,37 @@ def test_conv2d_model_keeps_exact_density():
     assert m.theta["0"].shape == (4, 1, 3, 3)
     assert not torch.equal(watcher.masks[0]["2"], watcher.masks[-1]["2"])
     assert module.masks.sparsity() == pytest.approx(0.75, abs=0.01)
+
+
+def _fit_started(ratio):
+    model = nn.Sequential(nn.Linear(4, 2, bias=False))
+    store = MaskStore(model)
+    m = TopKAST(
+        TopKAST.Params(backward_density_ratio=ratio),
+        0.5,
+        make_ctx(model, 100, 10, input_shape=(4,)),
+    )
+    m.on_fit_start(None, SimpleNamespace(masks=store))
+    return model, store, m
+
+
+def test_backward_set_is_capped_at_the_whole_layer():
+    # D = 0.5 of 8 weights: |A| = 4; 3 x 0.5 > 1, so B is all 8 (min(1, 1.5) = 1).
+    _, _, m = _fit_started(3.0)
+    assert m._n_keep["0"] == (4, 8) and bool(m.backward_masks["0"].all())
+
+
+def test_private_optimizer_unwraps_the_trainer_optimizer_and_keeps_decay_off():
+    model, store, m = _fit_started(2.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.2)
+    m._sync_optimizer(SimpleNamespace(optimizer=opt), store)  # as a LightningOptimizer wraps
+    assert type(m._opt) is torch.optim.AdamW
+    # AdamW's own default decay is 0.01: the group must say 0.0 explicitly; the trainer's
+    # 0.2 goes to the exploration penalty instead.
+    assert m._opt.param_groups[0]["weight_decay"] == 0.0 and m._decay == {"0": 0.2}
+
+
+def test_a_weight_outside_the_optimizer_is_refused():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(2))], lr=0.1)
+    with pytest.raises(ValueError, match="^topkast: a sparse layer's weight is not in"):
+        TopKAST._hyper(opt, torch.zeros(2))
