@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +15,16 @@ from sparsebench.suite.record import COMMON_COLUMNS
 MakeRecord = Callable[..., dict[str, Any]]
 
 PRUNING_METHODS = ("magnitude", "gmp", "snip")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One torch thread per xdist worker: `make test` runs a worker per core, and torch's
+    default of a thread per core in every worker oversubscribes the machine (a 3 s SAE
+    training took 30 s beside another worker)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -109,6 +109,28 @@ def test_batchtopk_runs_at_k_on_its_training_tokens(name, data):
     assert l0["ema"] < 0.99 * 4.0
 
 
+@pytest.mark.parametrize("name", ["batchtopk", "matryoshka_batchtopk"])
+def test_batchtopk_runs_at_k_at_the_benchmarks_run_length(name, data):
+    """The same at sae.yaml's training length, batch and lr (read from the spec, so the test
+    follows the benchmark): L0 = k within 1 % on the training tokens after the full run."""
+    from pathlib import Path
+
+    import yaml
+
+    from sparsebench.suite.pillars.sae.job import train_l0
+
+    spec = Path(__file__).parents[3] / "suite" / "benchmarks" / "sae.yaml"
+    train = yaml.safe_load(spec.read_text())["sae"]["train"]
+    x, _ = data
+    info = registry.all_methods(("sae",))[name]
+    cfg = TrainConfig(
+        steps=train["steps"], batch_size=train["batch_size"], lr=train["lr"],
+        dead_window=train["dead_window"],
+    )  # fmt: skip
+    sae = info.cls(CFG.d, 32, info.params_cls(k=8), seed=0)
+    assert train_l0(train_sae(sae, x, cfg, seed=0).sae, x) == pytest.approx(8.0, rel=0.01)
+
+
 def test_the_shared_lr_overrides_the_published_one_unless_none():
     from sparsebench.methods.sae.training import SAEModule
 
