@@ -280,7 +280,8 @@ class Cass(_HostParamsMixin, MergingMethod):
     ``search`` holds the default host's grids; :meth:`grid_for` gives the chosen host's.
     ∇L_t(θ0) is computed once per ``MergeInputs`` (memoised across the grid points of one
     selection: it depends on neither keep nor the host). Task vectors: the host's (for TA
-    the filtered m_t ∘ τ_t); ``info``: the mask density per task.
+    the filtered m_t ∘ τ_t); ``info``: the mask density per task and ``mask_overlap``, the
+    mean pairwise Jaccard index of the groups the tasks kept (:func:`mask_overlap`).
 
     Source: "Contribution-Aware Structured Sparsity" (2026; abstract only: "a
     contribution-aware structured mask selecting task-relevant attention heads and FFN
@@ -340,6 +341,7 @@ class Cass(_HostParamsMixin, MergingMethod):
         res.info = {
             **res.info,
             "mask_density": [_density(m) for m in masks],
+            "mask_overlap": mask_overlap([groups_set(m, inputs.groups) for m in masks]),
             "host": params.host,
         }
         return res
@@ -364,7 +366,8 @@ class CassTuning(_HostParamsMixin, MergingMethod):
     gives one expert set and one cell per value), n_examples = 256, host Task Arithmetic with
     λ over its grid (TIES hosts: 0.01, ..., 2.5, see ties.py), k over {0.1, 0.2, 0.3} after λ
     (TIES hosts: TIES' two stages), p over {0.1, ..., 0.9} after those (DARE hosts: DARE's
-    stages). Task vectors: the host's, of the masked experts.
+    stages). Task vectors: the host's, of the masked experts; ``info["mask_overlap"]``: the
+    mean pairwise Jaccard index of the groups whose entries each expert moved from θ0.
 
     Source: "Contribution-Aware Structured Sparsity" (2026; abstract only: "CASS-Tuning, where
     masks constrain fine-tuning gradients"); the gradient-norm selection is ours.
@@ -417,7 +420,12 @@ class CassTuning(_HostParamsMixin, MergingMethod):
         res = host_merge(params.host, inputs, tuned, params)
         if res.task_vectors is None:  # the record's density: of the masked experts
             res.task_vectors = task_vectors(inputs.base, tuned)
+        moved = [  # a group counts as kept where its expert moved from θ0
+            groups_set({k: t[k] != inputs.base[k] for k in inputs.base}, inputs.groups)
+            for t in tuned
+        ]
         res.info = {**res.info, "host": params.host, "keep": params.keep}
+        res.info["mask_overlap"] = mask_overlap(moved)
         return res
 
 
@@ -449,6 +457,23 @@ def _knockouts(
 
         out.append(knockout_scores(loss, expert, tv, inputs.groups))
     return out, read_n
+
+
+def groups_set(flags: Mapping[str, torch.Tensor], groups: Sequence[Group]) -> frozenset[int]:
+    """Indices of the groups that own at least one True entry of ``flags`` (trunk keys)."""
+    return frozenset(
+        i for i, g in enumerate(groups)
+        if any(bool(flags[k].narrow(d, a, b - a).any()) for k, d, a, b in g.slices)
+    )  # fmt: skip
+
+
+def mask_overlap(chosen: Sequence[frozenset[int]]) -> float | None:
+    """Mean over pairs of tasks of the Jaccard index |A ∩ B| / |A ∪ B| of the groups each
+    task kept; None for fewer than two tasks."""
+    pairs = [(a, b) for i, a in enumerate(chosen) for b in chosen[i + 1 :]]
+    if not pairs:
+        return None
+    return sum(len(a & b) / len(a | b) if a | b else 1.0 for a, b in pairs) / len(pairs)
 
 
 def _density(mask: Mapping[str, torch.Tensor]) -> float:

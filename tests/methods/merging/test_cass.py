@@ -405,3 +405,31 @@ def test_knockout_score_is_a_setting_and_is_checked():
     assert res.examples >= 64 and len(res.info["mask_density"]) == len(inputs.experts)
     with pytest.raises(ValueError, match=r"score must be one of \['taylor', 'knockout'\]"):
         Cass.Params(keep=0.5, score="exact").validate()
+
+
+def test_mask_overlap_by_hand():
+    from sparsebench.methods.merging.cass import groups_set, mask_overlap
+
+    groups = [Group("neuron", "l", i, (("w", 0, i, i + 1),)) for i in range(4)]
+    flags = {"w": torch.tensor([True, False, True, False])}
+    assert groups_set(flags, groups) == {0, 2}
+    # {0, 1} vs {1, 2}: 1 / 3; {0, 1} vs {0, 1}: 1; {1, 2} vs {0, 1}: 1 / 3 -> mean 5 / 9
+    a, b = frozenset({0, 1}), frozenset({1, 2})
+    assert mask_overlap([a, b, a]) == pytest.approx(5 / 9)
+    assert mask_overlap([a]) is None
+    assert mask_overlap([frozenset(), frozenset()]) == 1.0  # two empty selections agree
+
+
+def test_cass_and_cass_tuning_report_the_overlap_of_their_masks():
+    inputs = make_inputs()
+    full = Cass().merge(inputs, Cass.Params(keep=1.0, lam=0.3, n_examples=64))
+    assert full.info["mask_overlap"] == 1.0  # every task keeps every group
+    tuned = [dict(inputs.base) for _ in inputs.experts]
+    for i, t in enumerate(tuned):  # expert i moves only group i's entries
+        g = inputs.groups[i]
+        t.update({k: v.clone() for k, v in t.items()})
+        key, dim, a, b = g.slices[0]
+        t[key].narrow(dim, a, b - a).add_(1.0)
+    with_own = dataclasses.replace(inputs, artefacts={"masked_expert": tuned})
+    res = CassTuning().merge(with_own, CassTuning.Params(lam=0.3))
+    assert res.info["mask_overlap"] == 0.0  # {0}, {1}, {2}: no two share a group
