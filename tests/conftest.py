@@ -9,8 +9,44 @@ from typing import Any
 
 import pytest
 
-from sparsebench.suite.pillars.classification.table import COLUMNS
-from sparsebench.suite.record import COMMON_COLUMNS
+
+def _unshadow_code_folders() -> None:
+    """Under pytest the repository root is on ``sys.path`` (``tests`` is a package), so the
+    code folders ``kernels/``, ``methods/`` and ``suite/`` would import as top-level packages
+    and shadow installed distributions of those names: the oracles' venv has Hugging Face's
+    ``kernels``, which transformers imports when its metadata says it is installed, and it got
+    ours. The suite imports them only as ``sparsebench.*``, so a top-level import of one of
+    these names resolves as if the root were not on the path: the installed package, or
+    ModuleNotFoundError when there is none."""
+    import importlib.machinery
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    elsewhere = [p for p in sys.path if Path(p or ".").resolve() != root]
+    for name in ("kernels", "methods", "suite"):
+        if importlib.machinery.PathFinder.find_spec(name, elsewhere) is None:
+            sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+    sys.meta_path.insert(0, _Installed(elsewhere))
+
+
+class _Installed:
+    """Meta path finder: the top-level code-folder names from ``path`` (the root left out)."""
+
+    def __init__(self, path: list[str]) -> None:
+        self.path = path
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        import importlib.machinery
+
+        if path is None and name in ("kernels", "methods", "suite"):
+            return importlib.machinery.PathFinder.find_spec(name, self.path)
+        return None
+
+
+_unshadow_code_folders()
+
+from sparsebench.suite.pillars.classification.table import COLUMNS  # noqa: E402
+from sparsebench.suite.record import COMMON_COLUMNS  # noqa: E402
 
 MakeRecord = Callable[..., dict[str, Any]]
 
