@@ -33,7 +33,7 @@ class ShrunkMean(MergingMethod):
     """The uniform mean of experts shrunk toward θ0 by ``scale`` (a test-only method).
 
     Source: none (test-only): θ = θ0 + s·mean_t (θ_t − θ0), each θ0 + s·(θ_t − θ0) an
-    artefact built once per task.
+    artefact built once per task (its meta carries what ``ctx.peer`` gave for every task).
     """
 
     @dataclass
@@ -46,12 +46,15 @@ class ShrunkMean(MergingMethod):
 
     @classmethod
     def artefacts(cls, params: Params, section: Mapping[str, Any]) -> list[MethodArtefact]:
-        return [MethodArtefact("shrunk", {"scale": params.scale})]
+        return [MethodArtefact("shrunk", {"scale": params.scale, "tasks": section["tasks"]})]
 
     @classmethod
     def build_artefact(cls, request: MethodArtefact, ctx: ArtefactContext) -> StateDict:
         s = request.params["scale"]
         ctx.meta["scale"] = s
+        for name in request.params["tasks"]:  # what the pillar's peer gives, for the test
+            (w, b), (x, y) = ctx.peer(name)  # type: ignore[misc]
+            ctx.meta[f"peer_{name}"] = [float(w.double().sum()), x.shape[0], y.shape[0]]
         return {k: ctx.base[k] + s * (ctx.expert[k] - ctx.base[k]) for k in ctx.base}
 
     def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from sparsebench.suite.pillars.merging.tasks import load_task
+
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 NAME = "shrunk_mean"
@@ -67,6 +69,11 @@ def test_a_merging_method_with_its_own_artefact_is_one_file(tmp_path):
             assert own[k].allclose(expected, rtol=0, atol=1e-6), k
         meta = json.loads((own_file.parent / "meta.json").read_text())
         assert meta["method"] == NAME and meta["scale"] == 0.25 and meta["task"] == task
+        for other in ("digits", "digits_mirror"):  # ctx.peer: that task's head and train split
+            [other_file] = seed.glob(f"expert-*/{other}/model.safetensors")
+            head_sum = float(load_file(other_file)["head.weight"].double().sum())
+            train_n = load_task(other, REPO / "data").train.tensors[0].shape[0]
+            assert meta[f"peer_{other}"] == [pytest.approx(head_sum, rel=1e-9), train_n, train_n]
         shrunk_sums.append(sum(float(own[k].double().sum()) for k in own))
     info = json.loads(rec["info_json"])
     # what the merge read is the files' content, and its result the formula's:

@@ -186,6 +186,9 @@ class MergeResult:
         return self.state
 
 
+TensorPair = tuple[torch.Tensor, torch.Tensor]
+
+
 @dataclass
 class ArtefactContext:
     """What the pillar gives :meth:`MergingMethod.build_artefact` for one (trunk, seed, task).
@@ -205,6 +208,10 @@ class ArtefactContext:
             training as the standard expert's); ``mask`` (trunk key -> bool tensor) confines
             the update to its True entries (the others stay exactly θ0).
         meta: numbers the method adds to the artefact's ``meta.json`` (optional).
+        peer: ``peer(name) -> (head, (x, y))``: another task of the spec (any name in its
+            ``tasks``), its frozen head and train split as for this task, for an artefact that
+            depends on the other tasks (the pillar makes every method artefact of a seed wait
+            for all of that seed's experts); None where no other task is available.
     """
 
     task: str
@@ -218,6 +225,7 @@ class ArtefactContext:
     config: Any
     finetune: Callable[..., StateDict]
     meta: dict[str, Any] = field(default_factory=dict)
+    peer: Callable[[str], tuple[TensorPair, TensorPair]] | None = None
 
 
 class MergingMethod(Method):

@@ -147,19 +147,45 @@ def tuning_masks(
     groups: Sequence[Group],
     grads: Sequence[Mapping[str, torch.Tensor]] | Mapping[str, torch.Tensor],
     keep: float,
+    overlap: float = 0.0,
 ) -> list[StateDict] | StateDict:
     """CASS-Tuning masks, computed before fine-tuning from the gradients at θ0: per task, the
     groups of largest ‖∇L_t(θ0)[g]‖² within each (layer, kind) (at least one), plus ungrouped
-    entries. ``grads``: one gradient state dict per task (returns one mask per task) or a
-    single gradient state dict (returns its mask), shapes as the trunk: ∇L_t at θ0 of the mean
-    cross-entropy on task t's train examples with its head (e.g. ``loss_gradient(data, θ0, t,
-    x, y)``, importable from this module). Masks are boolean, trunk keys and shapes, on CPU.
-    :meth:`CassTuning.build_artefact` trains expert t with the gradients outside mask t set to
-    zero."""
+    entries. ``grads``: one gradient state dict per task, in the spec's task order (returns
+    one mask per task), or a single gradient state dict (returns its mask), shapes as the
+    trunk: ∇L_t at θ0 of the mean cross-entropy on task t's train examples with its head
+    (e.g. ``loss_gradient(data, θ0, t, x, y)``, importable from this module).
+
+    Overlap reduction (``overlap`` = β in [0, 1)): the tasks choose in order, task t ranking
+    group g by ‖∇L_t(θ0)[g]‖² · (1 − β)^u(g), u(g) the number of tasks before t that chose g
+    (:func:`penalised_selection`); β = 0 chooses every mask alone. Masks are boolean, trunk
+    keys and shapes, on CPU. :meth:`CassTuning.build_artefact` trains expert t with the
+    gradients outside mask t set to zero."""
     if isinstance(grads, Mapping):
         chosen = select_groups(groups, gradient_scores(grads, groups), keep)
         return structured_mask(base, groups, chosen)
-    return [tuning_masks(base, groups, g, keep) for g in grads]  # type: ignore[misc]
+    scores = [gradient_scores(g, groups) for g in grads]
+    chosen_all = penalised_selection(groups, scores, keep, overlap)
+    return [structured_mask(base, groups, chosen) for chosen in chosen_all]
+
+
+def penalised_selection(
+    groups: Sequence[Group], scores: Sequence[torch.Tensor], keep: float, overlap: float
+) -> list[list[int]]:
+    """Greedy, in task order: task t keeps :func:`select_groups` of scores_t · (1 − overlap)^u,
+    u(g) how many earlier tasks kept g. Scores must be ≥ 0 (a penalty that multiplies a
+    negative score would raise it)."""
+    if not 0.0 <= overlap < 1.0:
+        raise ValueError(f"overlap must be in [0, 1), got {overlap}")
+    used = torch.zeros(len(groups), dtype=torch.float64)
+    out = []
+    for s in scores:
+        if bool((s < 0).any()):
+            raise ValueError("penalised_selection needs scores >= 0")
+        chosen = select_groups(groups, s * (1.0 - overlap) ** used, keep)
+        used[chosen] += 1.0
+        out.append(chosen)
+    return out
 
 
 # ------------------------------------------------------------------------------------- hosts
@@ -359,11 +385,15 @@ class CassTuning(_HostParamsMixin, MergingMethod):
     plus every ungrouped entry (:func:`tuning_masks`), L_t the mean cross-entropy of θ0 with
     task t's frozen head on the first ``n_examples`` train examples of task t; expert t is
     fine-tuned from θ0 with the standard experts' recipe and the gradients outside its mask
-    zeroed (:meth:`build_artefact`). ``merge`` then combines those experts with ``host`` and
-    its ``lam`` / ``k`` / ``p``.
+    zeroed (:meth:`build_artefact`). Overlap reduction: the tasks choose their masks in the
+    spec's task order, and task t ranks group g by ‖∇L_t(θ0)[g]‖² · (1 − overlap)^u(g), u(g)
+    the number of earlier tasks that kept g (:func:`penalised_selection`), so a group another
+    task already trains is taken only where it matters more than the free ones. ``merge``
+    then combines those experts with ``host`` and its ``lam`` / ``k`` / ``p``.
 
     Defaults (ours): keep = 0.5 (fixed: it defines the experts, so it is not searched; a list
-    gives one expert set and one cell per value), n_examples = 256, host Task Arithmetic with
+    gives one expert set and one cell per value), overlap = 0.5 (fixed, as keep; 0 chooses
+    each mask alone), n_examples = 256, host Task Arithmetic with
     λ over its grid (TIES hosts: 0.01, ..., 2.5, see ties.py), k over {0.1, 0.2, 0.3} after λ
     (TIES hosts: TIES' two stages), p over {0.1, ..., 0.9} after those (DARE hosts: DARE's
     stages). Task vectors: the host's, of the masked experts; ``info["mask_overlap"]``: the
@@ -381,6 +411,7 @@ class CassTuning(_HostParamsMixin, MergingMethod):
     class Params:
         host: CassHost = "task_arithmetic"
         keep: float = 0.5  # fraction of heads / neurons per (layer, kind) left trainable
+        overlap: float = 0.5  # β: a group u earlier tasks kept scores × (1 − β)^u
         lam: float | None = None  # host λ; None: chosen over the host's grid
         k: float | None = None  # TIES trim (hosts ties, dare_ties); None: chosen over K_GRID
         p: float | None = None  # DARE drop rate (hosts dare_*); None: chosen over P_GRID
@@ -389,31 +420,51 @@ class CassTuning(_HostParamsMixin, MergingMethod):
         def validate(self) -> None:
             if not 0.0 < self.keep <= 1.0:
                 raise ValueError(f"keep must be in (0, 1], got {self.keep}")
+            if not 0.0 <= self.overlap < 1.0:
+                raise ValueError(f"overlap must be in [0, 1), got {self.overlap}")
             if self.n_examples < 1:
                 raise ValueError(f"n_examples must be >= 1, got {self.n_examples}")
             _validate_host_fields(self)
 
     @classmethod
     def artefacts(cls, params: Params, section: Mapping[str, Any]) -> list[MethodArtefact]:
-        """One masked fine-tune per task, defined by keep and n_examples (the host's
-        parameters do not change the experts: settings that differ only there share them)."""
-        return [
-            MethodArtefact(cls.ARTEFACT, {"keep": params.keep, "n_examples": params.n_examples})
-        ]
+        """One masked fine-tune per task, defined by keep, overlap and n_examples, and with an
+        overlap penalty by the spec's task order (a task's mask depends on the tasks before
+        it). The host's parameters do not change the experts: settings that differ only there
+        share them."""
+        request: dict[str, Any] = {"keep": params.keep, "n_examples": params.n_examples}
+        if params.overlap > 0:
+            request.update(overlap=params.overlap, tasks=list(section.get("tasks", ())))
+        return [MethodArtefact(cls.ARTEFACT, request)]
 
     @classmethod
     def build_artefact(cls, request: MethodArtefact, ctx: ArtefactContext) -> StateDict:
-        """Expert t fine-tuned from θ0 under its CASS-Tuning mask."""
+        """Expert t fine-tuned from θ0 under its CASS-Tuning mask (with an overlap penalty:
+        the gradients at θ0 of the tasks before t, through ``ctx.peer``, replay their
+        choices)."""
         keep, n = request.params["keep"], request.params["n_examples"]
-        x, y = ctx.train
+        overlap = request.params.get("overlap", 0.0)
+        order = list(request.params.get("tasks", [ctx.task])) if overlap > 0 else [ctx.task]
+        if ctx.task not in order:
+            raise ValueError(f"task {ctx.task!r} is not in the request's tasks {order}")
+        earlier = order[: order.index(ctx.task)]
+        if earlier and ctx.peer is None:
+            raise ValueError(f"cass_tuning's overlap penalty needs the tasks {earlier} (no peer)")
         trunk = ctx.trunk
-        trunk.zero_grad()
-        F.cross_entropy(F.linear(trunk(x[:n]), *ctx.head), y[:n]).backward()
-        grads = {k: p.grad.detach().clone() for k, p in trunk.named_parameters()}
+
+        def gradient(head, train) -> StateDict:
+            x, y = train
+            trunk.zero_grad()
+            F.cross_entropy(F.linear(trunk(x[:n]), *head), y[:n]).backward()
+            return {k: p.grad.detach().clone() for k, p in trunk.named_parameters()}
+
+        grads = [gradient(*ctx.peer(t)) for t in earlier]  # type: ignore[misc]
+        grads.append(gradient(ctx.head, ctx.train))
         base = {k: v.detach() for k, v in trunk.state_dict().items()}
-        masks = tuning_masks(base, ctx.groups, grads, keep)
-        ctx.meta["grad_mask_density"] = _density(masks)
-        return ctx.finetune(mask=masks)
+        masks = tuning_masks(base, ctx.groups, grads, keep, overlap)
+        ctx.meta["grad_mask_density"] = _density(masks[-1])
+        ctx.meta["earlier_tasks"] = len(earlier)
+        return ctx.finetune(mask=masks[-1])
 
     def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
         tuned = inputs.artefact(self.ARTEFACT)
@@ -425,6 +476,7 @@ class CassTuning(_HostParamsMixin, MergingMethod):
             for t in tuned
         ]
         res.info = {**res.info, "host": params.host, "keep": params.keep}
+        res.info["overlap_penalty"] = params.overlap
         res.info["mask_overlap"] = mask_overlap(moved)
         return res
 

@@ -4,10 +4,10 @@ density and merge cost.
 
 The DAG per (trunk, seed): ``base`` (θ0, rotation pre-training) -> ``expert/<task>`` (head
 probe + fine-tuning) -> ``multitask`` (joint fine-tuning, needs the experts' heads) and the
-artefacts methods declare (``Method.artefacts``: one per task from θ0 and that task's expert,
-built by the method's ``build_artefact``, only when a cell needs them); cells of one (trunk,
-seed) share a process and read those artefacts. See :mod:`.artefacts`, :mod:`.job` and
-docs/merging.md.
+artefacts methods declare (``Method.artefacts``: one per task from θ0, that task's expert and
+the other tasks' heads, built by the method's ``build_artefact``, only when a cell needs
+them); cells of one (trunk, seed) share a process and read those artefacts. See
+:mod:`.artefacts`, :mod:`.job` and docs/merging.md.
 """
 
 from __future__ import annotations
@@ -139,6 +139,11 @@ class MergingPillar(Pillar):
         for model in sec["models"]:
             for seed in sec["seeds"]:
                 base = arts.base_id(sec, model, seed)
+                # a method artefact may read any task's head (ArtefactContext.peer): it waits
+                # for every expert of its seed
+                all_experts = [
+                    arts.files(arts.expert_id(sec, model, seed, t))[0] for t in sec["tasks"]
+                ]
                 common = {"model": model, "seed": seed}
                 out.append(
                     arts.make(base, f"{model} seed {seed}: θ0", [], threads, kind="base", **common)
@@ -168,7 +173,7 @@ class MergingPillar(Pillar):
                             arts.make(
                                 arts.method_artefact_id(sec, model, seed, task, method, request),
                                 f"{model} seed {seed}: {method} {request.kind} {task}",
-                                [arts.files(base)[0], arts.files(eid)[0]],
+                                [arts.files(base)[0], *all_experts],
                                 threads,
                                 f"{chunk}/{folder}",
                                 kind="method",

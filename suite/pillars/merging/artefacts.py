@@ -9,7 +9,7 @@ the same ones.
 
 ``<h>`` hashes the trunk's architecture and the pre-training recipe, ``<f>`` the fine-tuning
 recipe, ``<t>`` the task list, ``<r>`` a method artefact's request parameters and the
-fine-tuning recipe (its inputs are θ0 and the task's expert): changing any of them names new
+fine-tuning recipe (its inputs are θ0 and the seed's experts): changing any of them names new
 artefacts (an existing one is never rebuilt). Each folder holds ``model.safetensors`` (tensors
 under their names: trunk parameters, plus the task head as ``head.weight``/``head.bias`` for an
 expert; loaded without unpickling) and ``meta.json`` (training time, accuracies, the recipe).

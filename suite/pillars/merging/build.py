@@ -93,7 +93,8 @@ def build(section: Mapping[str, Any], data_root: str, artefact: Artefact) -> Non
 
 def _method_artefact(section: Mapping[str, Any], data_root: str, cfg, p: Mapping[str, Any]):
     """(tensors, meta) of a method's own artefact for one task: the method builds it from θ0,
-    the task's expert, head and train split, and the pillar's expert fine-tuning."""
+    the task's expert, head and train split, the pillar's expert fine-tuning, and (on
+    request, through ``peer``) the other tasks' heads and train splits."""
     from sparsebench.methods.merging.base import ArtefactContext
     from sparsebench.suite import registry
     from sparsebench.suite.method import MethodArtefact
@@ -112,9 +113,16 @@ def _method_artefact(section: Mapping[str, Any], data_root: str, cfg, p: Mapping
         module = train(cfg, base, [head], [task.train], recipe, seed, grad_masks=mask)
         return dict(module.trunk.state_dict())
 
+    def peer(name: str):
+        if name not in section["tasks"]:
+            raise ValueError(f"{name!r} is not one of the spec's tasks {list(section['tasks'])}")
+        eid = arts.expert_id(section, p["model"], seed, name)
+        other_head = arts.split_head(arts.load(eid)[0])[1]
+        return other_head, load_task(name, data_root).train.tensors
+
     ctx = ArtefactContext(
         task=p["task"], seed=seed, trunk=trunk0, base=base, expert=expert, head=head,
-        train=task.train.tensors, groups=groups(cfg), config=cfg, finetune=finetune,
+        train=task.train.tensors, groups=groups(cfg), config=cfg, finetune=finetune, peer=peer,
     )  # fmt: skip
     request = MethodArtefact(p["request_kind"], p["request_params"])
     info = registry.get_method(p["method"], ("merging",))

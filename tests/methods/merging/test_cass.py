@@ -234,14 +234,68 @@ def test_cass_tuning_merges_its_masked_experts_with_the_host():
         CassTuning().merge(inputs, CassTuning.Params(lam=0.3))  # the pillar gave none
 
 
-def test_cass_tuning_declares_one_masked_fine_tune_per_keep_and_example_count():
-    ties = CassTuning.artefacts(CassTuning.Params(host="ties", lam=0.5), {})
-    assert ties == [MethodArtefact("masked_expert", {"keep": 0.5, "n_examples": 256})]
-    assert CassTuning.artefacts(CassTuning.Params(), {}) == ties  # the host does not count
-    other = CassTuning.artefacts(CassTuning.Params(keep=0.25, n_examples=8), {})
-    assert other[0].params == {"keep": 0.25, "n_examples": 8}
+def test_cass_tuning_declares_one_masked_fine_tune_per_keep_overlap_and_task_order():
+    section = {"tasks": ["a", "b", "c"]}
+    ties = CassTuning.artefacts(CassTuning.Params(host="ties", lam=0.5), section)
+    assert ties == [
+        MethodArtefact(
+            "masked_expert",
+            {"keep": 0.5, "n_examples": 256, "overlap": 0.5, "tasks": ["a", "b", "c"]},
+        )
+    ]
+    assert CassTuning.artefacts(CassTuning.Params(), section) == ties  # the host does not count
+    other = CassTuning.artefacts(CassTuning.Params(keep=0.25, n_examples=8, overlap=0.0), section)
+    assert other[0].params == {"keep": 0.25, "n_examples": 8}  # alone: the tasks do not count
     with pytest.raises(ValueError, match="n_examples"):
         CassTuning.Params(n_examples=0).validate()
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"overlap must be in \[0, 1\), got"):
+            CassTuning.Params(overlap=bad).validate()
+
+
+def test_penalised_selection_by_hand():
+    """Four neurons in one layer, keep 0.5, both tasks scoring them 4, 3, 2, 1: alone, both
+    keep {0, 1}; with β = 0.5 the second sees 2, 1.5, 2, 1 (ties keep the lower index):
+    {0, 2}; with β = 0.9 it sees 0.4, 0.3, 2, 1: {2, 3}."""
+    from sparsebench.methods.merging.cass import penalised_selection
+
+    groups = [
+        Group(layer="l", kind="neuron", index=j, slices=(("w", 0, j, j + 1),)) for j in range(4)
+    ]
+    s = torch.tensor([4.0, 3.0, 2.0, 1.0], dtype=torch.float64)
+    assert penalised_selection(groups, [s, s], 0.5, 0.0) == [[0, 1], [0, 1]]
+    assert penalised_selection(groups, [s, s], 0.5, 0.5) == [[0, 1], [0, 2]]
+    assert penalised_selection(groups, [s, s], 0.5, 0.9) == [[0, 1], [2, 3]]
+    # a third task at β = 0.5 after {0, 1} and {0, 2}: u = 2, 1, 1, 0, so it sees 1, 1.5, 1, 1
+    assert penalised_selection(groups, [s, s, s], 0.5, 0.5)[2] == [0, 1]
+    # at β = 0.9 after {0, 1} and {2, 3}: u = 1 everywhere, the task's own order again
+    assert penalised_selection(groups, [s, s, s], 0.5, 0.9)[2] == [0, 1]
+    t = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)  # reversed: no conflict
+    assert penalised_selection(groups, [s, t], 0.5, 0.9) == [[0, 1], [2, 3]]
+    with pytest.raises(ValueError, match=r"overlap must be in \[0, 1\)"):
+        penalised_selection(groups, [s], 0.5, 1.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        penalised_selection(groups, [-s], 0.5, 0.5)
+
+
+def test_the_overlap_penalty_lowers_the_overlap_of_the_tuning_masks():
+    from sparsebench.methods.merging.cass import groups_set, mask_overlap
+
+    base, groups = make_base(), make_groups()
+    g = torch.Generator().manual_seed(0)
+    shared = {k: torch.randn(v.shape, generator=g) for k, v in base.items()}
+    grads = [  # correlated tasks: a common gradient plus a small own part
+        {k: shared[k] + 0.3 * torch.randn(v.shape, generator=g) for k, v in base.items()}
+        for _ in range(4)
+    ]
+    overlaps = []
+    for beta in (0.0, 0.5, 0.9):
+        masks = tuning_masks(base, groups, grads, 0.5, beta)
+        overlaps.append(mask_overlap([groups_set(m, groups) for m in masks]))
+        assert torch.equal(
+            masks[0]["fc0.bias"], tuning_masks(base, groups, grads[0], 0.5)["fc0.bias"]
+        )
+    assert overlaps[0] > overlaps[1] > overlaps[2]
 
 
 class _Trunk(torch.nn.Module):
@@ -257,11 +311,40 @@ class _Trunk(torch.nn.Module):
         return torch.relu(self.fc1(torch.relu(self.fc0(x)))) * self.scale
 
 
+def _tiny_tasks(n: int):
+    g = torch.Generator().manual_seed(3)
+    return [
+        (
+            (torch.randn(3, H1, generator=g), torch.randn(3, generator=g)),
+            (torch.randn(40, D_IN, generator=g), torch.randint(0, 3, (40,), generator=g)),
+        )
+        for _ in range(n)
+    ]
+
+
+def _by_hand_scores(base, head, x, y):
+    """‖∇L(θ0)[neuron]‖² per layer: the row and bias entry of each neuron, by autograd on the
+    written-out trunk."""
+    w = {k: v.clone().requires_grad_() for k, v in base.items()}
+    h = torch.relu(x @ w["fc0.weight"].T + w["fc0.bias"])
+    z = torch.relu(h @ w["fc1.weight"].T + w["fc1.bias"]) * w["scale"]
+    F.cross_entropy(z @ head[0].T + head[1], y).backward()
+    return {
+        layer: (w[f"{layer}.weight"].grad ** 2).sum(1) + w[f"{layer}.bias"].grad ** 2
+        for layer in ("fc0", "fc1")
+    }
+
+
+def _kept_rows(mask, layer):
+    rows = mask[f"{layer}.bias"].tolist()
+    assert mask[f"{layer}.weight"].all(1).tolist() == rows
+    assert not mask[f"{layer}.weight"][[not r for r in rows]].any()
+    return {j for j, r in enumerate(rows) if r}
+
+
 def test_cass_tuning_builds_its_expert_under_the_gradient_norm_mask():
     base, groups = make_base(), make_groups()
-    g = torch.Generator().manual_seed(3)
-    x, y = torch.randn(40, D_IN, generator=g), torch.randint(0, 3, (40,), generator=g)
-    head = (torch.randn(3, H1, generator=g), torch.randn(3, generator=g))
+    ((head, (x, y)),) = _tiny_tasks(1)
     seen = []
 
     def finetune(mask=None):
@@ -278,22 +361,48 @@ def test_cass_tuning_builds_its_expert_under_the_gradient_norm_mask():
     # by hand: the gradient at θ0 of the mean cross-entropy on the first 16 examples, each
     # neuron scored by the squared norm of its row and bias entry, the top ceil(0.5 · width)
     # per layer kept (fc0: 4 of 8, fc1: 3 of 5), ``scale`` (ungrouped) kept
-    w = {k: v.clone().requires_grad_() for k, v in base.items()}
-    h = torch.relu(x[:16] @ w["fc0.weight"].T + w["fc0.bias"])
-    z = torch.relu(h @ w["fc1.weight"].T + w["fc1.bias"]) * w["scale"]
-    F.cross_entropy(z @ head[0].T + head[1], y[:16]).backward()
-    mask = seen[0]
+    scores = _by_hand_scores(base, head, x[:16], y[:16])
     for layer, keep in (("fc0", 4), ("fc1", 3)):
-        wg, bg = w[f"{layer}.weight"].grad, w[f"{layer}.bias"].grad
-        top = set(torch.topk((wg**2).sum(1) + bg**2, keep).indices.tolist())
-        rows = [j in top for j in range(wg.shape[0])]
-        assert mask[f"{layer}.bias"].tolist() == rows
-        assert mask[f"{layer}.weight"].all(1).tolist() == rows
-        assert not mask[f"{layer}.weight"][[not r for r in rows]].any()
-    assert bool(mask["scale"].all())
+        assert _kept_rows(seen[0], layer) == set(torch.topk(scores[layer], keep).indices.tolist())
+    assert bool(seen[0]["scale"].all())
     kept = 4 * (D_IN + 1) + 3 * (H0 + 1) + H1
     total = sum(v.numel() for v in base.values())
     assert ctx.meta["grad_mask_density"] == pytest.approx(kept / total)
+    assert ctx.meta["earlier_tasks"] == 0
+
+
+def test_cass_tuning_penalises_the_groups_the_earlier_tasks_chose():
+    """Task "b" after task "a" with β = 0.9: a's mask by hand from a's gradient (through
+    ``peer``), then b's scores × 0.1 on a's groups, the top per layer kept."""
+    base, groups = make_base(), make_groups()
+    (head_a, (xa, ya)), (head_b, (xb, yb)) = _tiny_tasks(2)
+    seen, asked = [], []
+
+    def peer(name):
+        asked.append(name)
+        return head_a, (xa, ya)
+
+    ctx = ArtefactContext(
+        task="b", seed=0, trunk=_Trunk(base), base=base, expert=base, head=head_b,
+        train=(xb, yb), groups=groups, config=None,
+        finetune=lambda mask=None: seen.append(mask) or {"fine": torch.ones(1)}, peer=peer,
+    )  # fmt: skip
+    params = {"keep": 0.5, "n_examples": 16, "overlap": 0.9, "tasks": ["a", "b", "c"]}
+    CassTuning.build_artefact(MethodArtefact("masked_expert", params), ctx)
+    assert asked == ["a"] and ctx.meta["earlier_tasks"] == 1  # not "c", which comes after
+    sa = _by_hand_scores(base, head_a, xa[:16], ya[:16])
+    sb = _by_hand_scores(base, head_b, xb[:16], yb[:16])
+    for layer, keep in (("fc0", 4), ("fc1", 3)):
+        chosen_a = torch.topk(sa[layer], keep).indices
+        penalised = sb[layer].clone()
+        penalised[chosen_a] *= 0.1
+        assert _kept_rows(seen[0], layer) == set(torch.topk(penalised, keep).indices.tolist())
+    alone = dataclasses.replace(ctx, peer=None, meta={})
+    with pytest.raises(ValueError, match=r"needs the tasks \['a'\]"):
+        CassTuning.build_artefact(MethodArtefact("masked_expert", params), alone)
+    stranger = dataclasses.replace(ctx, task="z", meta={})
+    with pytest.raises(ValueError, match="'z' is not in the request's tasks"):
+        CassTuning.build_artefact(MethodArtefact("masked_expert", params), stranger)
 
 
 def test_gradients_are_memoised_per_inputs_object():

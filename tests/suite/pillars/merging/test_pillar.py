@@ -125,8 +125,8 @@ def test_cells_are_references_and_method_settings():
 
 
 def test_a_methods_own_artefacts_come_from_its_declaration_and_are_shared_by_settings():
-    """CASS-Tuning's masked fine-tunes: one per (keep, n_examples) and task, each from θ0 and
-    that task's expert; settings that differ only in the host share them; a cell reads (and
+    """CASS-Tuning's masked fine-tunes: one per (keep, n_examples, overlap) and task, each from
+    θ0 and the seed's experts; settings that differ only in the host share them; a cell reads (and
     reruns on) exactly its own."""
     spec = _spec(methods={"ties": {}, "cass_tuning": {"host": ["task_arithmetic", "ties"],
                                                        "keep": [0.5, 0.25]}})  # fmt: skip
@@ -138,8 +138,10 @@ def test_a_methods_own_artefacts_come_from_its_declaration_and_are_shared_by_set
         task = a.params["task"]
         assert a.id.endswith(f"/{task}") and "/seed0/m-cass_tuning-masked_expert-" in a.id
         assert a.params["request_params"] == {"keep": a.params["request_params"]["keep"],
-                                              "n_examples": 256}  # fmt: skip
-        assert a.inputs == (base, arts.files(arts.expert_id(sec, "mlp", 0, task))[0])
+                                              "n_examples": 256, "overlap": 0.5,
+                                              "tasks": sec["tasks"]}  # fmt: skip
+        experts = [arts.files(arts.expert_id(sec, "mlp", 0, t))[0] for t in sec["tasks"]]
+        assert a.inputs == (base, *experts)  # its peers' heads too (the overlap penalty)
     by_keep = {
         k: {a.outputs[0] for a in own if a.params["request_params"]["keep"] == k}
         for k in (0.5, 0.25)
