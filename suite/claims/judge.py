@@ -37,6 +37,12 @@ boundary holds only where a margin allows it; values that differ across seeds ma
 test inconclusive (the metric is not deterministic). A test holds on a one-sided reading of a
 two-sided interval, i.e. at one-sided error 0.025 for the default level, with no correction
 for the number of claims judged.
+
+With ``stat: paired`` (order, equal, ranking, trend) the Welch interval of d is replaced by
+the paired t interval of the per-seed differences a_s − b_s (:func:`.stats.paired_diff`), for
+cells that share each seed's inputs, such as merges of one seed's experts: the offset a seed
+gives both cells cancels. Both cells must have the same seeds (else inconclusive, naming
+them); differences that are all equal give an unbounded interval (inconclusive).
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class CellStat:
     selector: dict[str, Any]
     label: str = ""
     values: list[float] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)  # the seed of each value
     n: int = 0
     mean: float | None = None
     std: float | None = None
@@ -168,6 +175,8 @@ def _cell(
             f"{_describe(filters)}: {len(values)} seed(s) with {metric}, the test needs {min_seeds}"
         )
     stat.values, stat.n = values, len(values)
+    if "seed" in rows.columns:
+        stat.seeds = [int(s) for s in rows["seed"].to_list()]
     stat.mean = sum(values) / len(values)
     if len(values) > 1:
         m = stat.mean
@@ -280,6 +289,7 @@ def _sweep_cell(
         })  # fmt: skip
     stat.at = {"column": column, "value": x, "seeds": readings, "dropped": dropped}
     values = [r["value"] for r in readings]
+    stat.seeds = [int(r["seed"]) for r in readings]
     if len(values) < min_seeds:
         why = "; ".join(
             f"seed {d['seed']}'s sweep spans {column} {_fmt(d['range'][0])}–{_fmt(d['range'][1])}"
@@ -326,15 +336,32 @@ def _above(low: float, high: float, point: float, exact: bool, allow_tie: bool) 
     return "inconclusive"
 
 
-def _order(a: CellStat, b: CellStat, op: str, margin: float, level: float, exact: bool):
+def _diff(first: CellStat, second: CellStat, level: float, stat: str):
+    """(d, low, high) of first − second: Welch's interval of the difference of the means,
+    a point (``exact``), or the paired interval over the seeds both cells have (``paired``:
+    their seed sets must be equal, else Inconclusive)."""
+    if stat != "paired":
+        return stats.welch_diff(first.values, second.values, level, stat == "exact")
+    if sorted(first.seeds) != sorted(second.seeds) or len(set(first.seeds)) < len(first.seeds):
+        raise Inconclusive(
+            f"stat: paired needs the same seeds, once each, in both cells: {first.label} has "
+            f"{sorted(first.seeds)}, {second.label} {sorted(second.seeds)}"
+        )
+    by_seed = dict(zip(second.seeds, second.values, strict=True))
+    return stats.paired_diff(first.values, [by_seed[s] for s in first.seeds], level)
+
+
+def _order(a: CellStat, b: CellStat, op: str, margin: float, level: float, stat: str):
     """(verdict, d, low, high) of ``a op b`` with margin; d is oriented so that > −m holds."""
     first, second = (a, b) if op == ">" else (b, a)
-    d, lo, hi = stats.welch_diff(first.values, second.values, level, exact)
+    d, lo, hi = _diff(first, second, level, stat)
+    exact = stat == "exact"
     return _above(lo, hi, -margin, exact, allow_tie=margin > 0), d, lo, hi
 
 
-def _equal(a: CellStat, b: CellStat, tol: float, level: float, exact: bool):
-    d, lo, hi = stats.welch_diff(a.values, b.values, level, exact)
+def _equal(a: CellStat, b: CellStat, tol: float, level: float, stat: str):
+    d, lo, hi = _diff(a, b, level, stat)
+    exact = stat == "exact"
     if -tol <= lo and hi <= tol:
         return "holds", d, lo, hi
     if lo > tol or hi < -tol or exact:
@@ -367,7 +394,8 @@ class _Ctx:
         at: tuple[str, float] | None = None,
     ):
         self.claim, self.t = claim, claim.test
-        self.level, self.exact = self.t["level"], self.t["stat"] == "exact"
+        self.level, self.stat = self.t["level"], self.t["stat"]
+        self.exact = self.stat == "exact"
         self.runs = tables.get(self.t["pillar"])
         self.key = row_keys.get(self.t["pillar"], ())
         self.at = at  # (column, x): cells are sweeps read at column = x
@@ -388,7 +416,7 @@ class _Ctx:
         return c
 
     def interval(self, what: str, est: float, lo: float, hi: float, against: str) -> str:
-        exact = " (exact)" if self.exact else ""
+        exact = {"exact": " (exact)", "paired": " (paired by seed)"}.get(self.stat, "")
         return (
             f"{what} = {_fmt(est)}, {self.level:.0%} interval [{_fmt(lo)}, {_fmt(hi)}] "
             f"against {against}{exact}"
@@ -406,12 +434,12 @@ def _judge_pair(x: _Ctx) -> Verdict:
     t = x.t
     a, b = x.cell(t["a"]), x.cell(t["b"])
     if t["kind"] == "order":
-        v, est, lo, hi = _order(a, b, t["op"], t.get("margin", 0.0), x.level, x.exact)
+        v, est, lo, hi = _order(a, b, t["op"], t.get("margin", 0.0), x.level, x.stat)
         what = "mean(a) − mean(b)" if t["op"] == ">" else "mean(b) − mean(a)"
         margin = t.get("margin", 0.0)
         against = f"> {_fmt(-margin)}" if margin else "> 0"
     elif t["kind"] == "equal":
-        v, est, lo, hi = _equal(a, b, t["tol"], x.level, x.exact)
+        v, est, lo, hi = _equal(a, b, t["tol"], x.level, x.stat)
         what, against = "mean(a) − mean(b)", f"[{_fmt(-t['tol'])}, {_fmt(t['tol'])}]"
     else:
         est, lo, hi = stats.ratio_interval(a.values, b.values, x.level, x.exact)
@@ -448,7 +476,7 @@ def _judge_ranking(x: _Ctx) -> Verdict:
     cells = [x.cell(f) for f in t["order"]]
     pairs = []
     for a, b in zip(cells, cells[1:], strict=False):
-        v, d, lo, hi = _order(a, b, op, t.get("margin", 0.0), x.level, x.exact)
+        v, d, lo, hi = _order(a, b, op, t.get("margin", 0.0), x.level, x.stat)
         pairs.append(
             {"better": a.label, "worse": b.label, "verdict": v, "diff": d, "low": lo, "high": hi}
         )
@@ -487,10 +515,10 @@ def _judge_trend(x: _Ctx) -> Verdict:
         c0, c1 = cells[i], cells[i + 1]
         if t["direction"] == "constant":  # every value against the first: no creeping drift
             c0 = cells[0]
-            v, d, lo, hi = _equal(c1, c0, t["tol"], x.level, x.exact)
+            v, d, lo, hi = _equal(c1, c0, t["tol"], x.level, x.stat)
         else:
             op = ">" if t["direction"] == "increasing" else "<"
-            v, d, lo, hi = _order(c1, c0, op, t.get("margin", 0.0), x.level, x.exact)
+            v, d, lo, hi = _order(c1, c0, op, t.get("margin", 0.0), x.level, x.stat)
         start = xs[0] if t["direction"] == "constant" else xs[i]
         pairs.append({"from": start, "to": xs[i + 1], "verdict": v, "diff": d, "low": lo,
                       "high": hi})  # fmt: skip

@@ -128,6 +128,10 @@ def _merge(defaults: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# the kinds judged on a difference of two cells, which ``stat: paired`` takes seed by seed
+PAIRED_KINDS = ("order", "equal", "ranking", "trend")
+
+
 def _a(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
 
@@ -158,6 +162,11 @@ def _check_test(t: dict[str, Any], where: str) -> None:
         raise ClaimError(
             f"{where}: a 'constant' trend needs tol (the largest change between neighbours "
             "that counts as constant), and only a constant trend takes tol"
+        )
+    if t.get("stat") == "paired" and kind not in PAIRED_KINDS:
+        raise ClaimError(
+            f"{where}: stat: paired compares two cells seed by seed; {_a(kind)} {kind!r} test "
+            f"takes welch or exact (paired: {', '.join(PAIRED_KINDS)})"
         )
     if "within" in t and t["within"][0] > t["within"][1]:
         raise ClaimError(f"{where}: within: {t['within']} is empty (lower > upper)")

@@ -3,6 +3,9 @@
 * :func:`welch_diff`: mean(a) − mean(b) ± t·se with Welch's standard error
   ``se = sqrt(s_a²/n_a + s_b²/n_b)`` and the Welch–Satterthwaite degrees of freedom (Welch
   1947); the interval of Welch's unequal-variance t-test.
+* :func:`paired_diff`: mean over seeds of a_s − b_s ± t·sd/√n with n − 1 degrees of freedom
+  (Student's paired t interval, as ``scipy.stats.ttest_rel``), for cells that share each
+  seed's inputs (the same θ0 and experts, the same data order): the seed's own offset cancels.
 * :func:`mean_interval`: the one-sample t interval of a mean (Student).
 * :func:`ratio_interval`: mean(a) / mean(b) by the delta method on the log ratio (Casella &
   Berger 2002, Sec. 5.5.4): se² = s_a²/(n_a m_a²) + s_b²/(n_b m_b²) with Welch–Satterthwaite
@@ -48,6 +51,20 @@ def welch_diff(
     df = se2**2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
     h = _t(level, df) * math.sqrt(se2)
     return d, d - h, d + h
+
+
+def paired_diff(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float]:
+    """(estimate, low, high) of the mean of a_s − b_s, ``a`` and ``b`` aligned by seed (n ≥ 2
+    pairs; with one pair the interval is unbounded, and so it is when every pair differs by
+    exactly the same amount: a spread of zero over a few seeds, e.g. two cells that tie on a
+    1,000-image test set, is no evidence that the spread is small)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired values need equal lengths, got {a.size} and {b.size}")
+    d = a - b
+    if d.size > 1 and np.all(d == d[0]):
+        return float(d[0]), -math.inf, math.inf
+    return mean_interval(d, level)
 
 
 def mean_interval(

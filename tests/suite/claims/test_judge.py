@@ -226,3 +226,55 @@ def test_judge_pillar_judges_only_the_claims_about_that_pillar(claim_file):
     assert judge_pillar("kernels", None, [mixed])[0].verdict == "inconclusive"  # no table
     with pytest.raises(ClaimError, match="unknown metric 'nope'"):
         judge_pillar("classification", runs, [broken])
+
+
+def test_paired_interval_matches_scipy_ttest_rel():
+    from scipy import stats as sps
+
+    from sparsebench.suite.claims.stats import paired_diff
+
+    a, b = [0.80, 0.76, 0.83, 0.79], [0.77, 0.74, 0.79, 0.77]
+    d, lo, hi = paired_diff(a, b, 0.95)
+    ci = sps.ttest_rel(a, b).confidence_interval(0.95)
+    assert d == pytest.approx(0.0275) and (lo, hi) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    # by hand: differences 0.03, 0.02, 0.04 -> mean 0.03, sd 0.01, t(0.975, 2) = 4.3027
+    d, lo, hi = paired_diff([0.83, 0.72, 0.94], [0.80, 0.70, 0.90], 0.95)
+    assert d == pytest.approx(0.03) and hi - d == pytest.approx(4.3027 * 0.01 / math.sqrt(3), 1e-4)
+    assert paired_diff([1.0], [0.0], 0.95)[1:] == (-math.inf, math.inf)  # one pair: unbounded
+    # equal differences on every seed: no evidence the spread is small, so unbounded
+    assert paired_diff([0.901, 0.902], [0.900, 0.901], 0.95)[1:] == (-math.inf, math.inf)
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_diff([1.0, 2.0], [1.0], 0.95)
+
+
+def test_paired_decides_where_the_seeds_offset_both_cells(claim):
+    """Both methods move with the seed (a shared θ0 and experts): Welch's interval holds the
+    seed-to-seed spread and is inconclusive; the paired one removes it and holds."""
+    seedy = table(rows("rigl", [0.83, 0.72, 0.94]), rows("set", [0.80, 0.70, 0.90]))
+    welch = claim({"kind": "order", "a": RIGL, "b": SET, "op": ">"})
+    paired = claim({"kind": "order", "a": RIGL, "b": SET, "op": ">", "stat": "paired"})
+    assert verdict(welch, seedy).verdict == "inconclusive"
+    v = verdict(paired, seedy)
+    assert v.verdict == "holds" and v.estimate == pytest.approx(0.03) and v.low > 0
+    assert "(paired by seed)" in v.reason
+    worse = table(rows("rigl", [0.77, 0.66, 0.87]), rows("set", [0.80, 0.70, 0.90]))
+    assert verdict(paired, worse).verdict == "fails"
+    # the pairs follow the seeds, not the row order
+    shuffled = table(rows("rigl", [0.83, 0.72, 0.94]), rows("set", [0.80, 0.70, 0.90])[::-1])
+    assert verdict(paired, shuffled).estimate == pytest.approx(0.03)
+    # paired interval 0.03 ± 4.3027 · 0.01 / √3 = [0.0052, 0.0548]: inside ± 0.06, not ± 0.05
+    eq = claim({"kind": "equal", "a": RIGL, "b": SET, "tol": 0.06, "stat": "paired"})
+    assert verdict(eq, seedy).verdict == "holds"
+    assert verdict(claim({**eq.test, "tol": 0.05}), seedy).verdict == "inconclusive"
+    ranking = claim({"kind": "ranking", "order": [RIGL, SET], "stat": "paired"})
+    assert verdict(ranking, seedy).verdict == "holds"
+
+
+def test_paired_needs_the_same_seeds_and_a_difference_of_two_cells(claim):
+    paired = claim({"kind": "order", "a": RIGL, "b": SET, "op": ">", "stat": "paired"})
+    fewer = table(rows("rigl", [0.83, 0.72, 0.94]), rows("set", [0.80, 0.70]))
+    v = verdict(paired, fewer)
+    assert v.verdict == "inconclusive"
+    assert "needs the same seeds" in v.reason and "[0, 1, 2]" in v.reason and "[0, 1]" in v.reason
+    with pytest.raises(ClaimError, match="stat: paired compares two cells seed by seed"):
+        claim({"kind": "value", "a": RIGL, "op": ">", "bound": 0.5, "stat": "paired"})
