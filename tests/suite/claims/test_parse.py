@@ -1,6 +1,7 @@
 """Claim files: every mistake is an error naming the file, the claim and what is allowed."""
 
 import pytest
+import yaml
 
 from sparsebench.suite.claims import BUILTIN, ClaimError, load_file, load_files
 from sparsebench.suite.spec import SpecError, validate
@@ -198,3 +199,26 @@ def test_at_applies_to_cell_comparisons_not_to_trends(claim_file):
                 direction="increasing", at={"l0": 8})  # fmt: skip
     with pytest.raises(ClaimError, match=r"key 'at' does not apply to a 'trend' test"):
         load_file(claim_file([trend]))
+
+
+def test_the_reproduction_spec_judges_on_seeds_no_board_spec_runs():
+    """Claims are judged on seeds whose boards nobody could have read before registering them:
+    every seed of reproduce.yaml's pillars is absent from that pillar in every other spec."""
+    from sparsebench.suite.spec import load
+
+    specs = BUILTIN.parent / "suite" / "benchmarks"
+    claims_spec = load(specs / "reproduce.yaml").data
+    seeded = [
+        p for p, section in claims_spec.items() if isinstance(section, dict) and "seeds" in section
+    ]
+    assert {"classification", "merging", "sae"} <= set(seeded)
+    for path in sorted(specs.glob("*.yaml")):
+        if path.name == "reproduce.yaml":
+            continue
+        raw = yaml.safe_load(path.read_text())
+        if not set(raw) & set(seeded):  # e.g. the GPU kernels specs, which load only on a GPU
+            continue
+        board = load(path).data  # with the schema's default seeds where a section names none
+        for pillar in seeded:
+            shared = set(board.get(pillar, {}).get("seeds", [])) & set(claims_spec[pillar]["seeds"])
+            assert not shared, f"{path.name} runs {pillar} seeds {sorted(shared)}"
