@@ -430,6 +430,21 @@ def _side(op: str, lo: float, hi: float, point: float, exact: bool) -> str:
     return _above(-hi, -lo, -point, exact, False)
 
 
+def _bound(t: dict[str, Any], lo: float, hi: float, exact: bool) -> tuple[str, str]:
+    """(verdict, what it was against) of the interval [lo, hi] against ``op`` ``bound``, or
+    inside the band ``within``: holds inside it, fails wholly outside it."""
+    if "within" not in t:
+        return _side(t["op"], lo, hi, t["bound"], exact), f"{t['op']} {_fmt(t['bound'])}"
+    low_b, high_b = t["within"]
+    if low_b <= lo and hi <= high_b:
+        v = "holds"
+    elif hi < low_b or lo > high_b or exact:
+        v = "fails"
+    else:
+        v = "inconclusive"
+    return v, f"the band [{_fmt(low_b)}, {_fmt(high_b)}]"
+
+
 def _judge_pair(x: _Ctx) -> Verdict:
     t = x.t
     a, b = x.cell(t["a"]), x.cell(t["b"])
@@ -452,18 +467,7 @@ def _judge_value(x: _Ctx) -> Verdict:
     t = x.t
     a = x.cell(t["a"])
     est, lo, hi = stats.mean_interval(a.values, x.level, x.exact)
-    if "within" in t:
-        low_b, high_b = t["within"]
-        if low_b <= lo and hi <= high_b:
-            v = "holds"
-        elif hi < low_b or lo > high_b or x.exact:
-            v = "fails"
-        else:
-            v = "inconclusive"
-        against = f"the band [{_fmt(low_b)}, {_fmt(high_b)}]"
-    else:
-        v = _side(t["op"], lo, hi, t["bound"], x.exact)
-        against = f"{t['op']} {_fmt(t['bound'])}"
+    v, against = _bound(t, lo, hi, x.exact)
     return Verdict(x.claim, v, x.interval("mean", est, lo, hi, against), est, lo, hi, x.cells)
 
 
@@ -539,9 +543,9 @@ def _judge_exponent(x: _Ctx) -> Verdict:
     if min(px) <= 0 or min(py) <= 0:
         raise Inconclusive(f"{t['along']} and {t['metric']} must be > 0 for a log-log fit")
     est, lo, hi = stats.slope_interval(px, py, x.level, x.exact)
-    v = _side(t["op"], lo, hi, t["bound"], x.exact)
+    v, against = _bound(t, lo, hi, x.exact)
     what = f"slope of log {t['metric']} on log {t['along']} ({len(py)} points)"
-    reason = x.interval(what, est, lo, hi, f"{t['op']} {_fmt(t['bound'])}")
+    reason = x.interval(what, est, lo, hi, against)
     return Verdict(x.claim, v, reason, est, lo, hi, x.cells)
 
 

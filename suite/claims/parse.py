@@ -31,7 +31,7 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "value": ("a",),
     "ranking": ("order",),
     "trend": ("a", "along", "direction"),
-    "exponent": ("a", "along", "op", "bound"),
+    "exponent": ("a", "along"),
 }
 _MAY: dict[str, tuple[str, ...]] = {
     "order": ("margin", "at"),
@@ -40,7 +40,7 @@ _MAY: dict[str, tuple[str, ...]] = {
     "value": ("op", "bound", "within", "at"),
     "ranking": ("margin", "at"),
     "trend": ("margin", "tol"),
-    "exponent": (),
+    "exponent": ("op", "bound", "within"),
 }
 _COMMON = ("kind", "pillar", "metric", "where", "stat", "level", "min_seeds")
 
@@ -154,10 +154,10 @@ def _check_test(t: dict[str, Any], where: str) -> None:
             f"{where}: key {', '.join(map(repr, extra))} does not apply to {_a(kind)} {kind!r} "
             f"test; it takes {', '.join(_NEEDS[kind] + _MAY[kind])}"
         )
-    if kind == "value" and ("within" in t) == ("op" in t or "bound" in t):
-        raise ClaimError(f"{where}: a 'value' test takes either op and bound, or within")
-    if kind == "value" and "op" in t and "bound" not in t:
-        raise ClaimError(f"{where}: a 'value' test with op needs bound")
+    if kind in ("value", "exponent") and ("within" in t) == ("op" in t or "bound" in t):
+        raise ClaimError(f"{where}: {_a(kind)} {kind!r} test takes either op and bound, or within")
+    if kind in ("value", "exponent") and ("op" in t) != ("bound" in t):
+        raise ClaimError(f"{where}: {_a(kind)} {kind!r} test takes op and bound together")
     if kind == "trend" and (t["direction"] == "constant") != ("tol" in t):
         raise ClaimError(
             f"{where}: a 'constant' trend needs tol (the largest change between neighbours "

@@ -161,6 +161,19 @@ def test_exponent_of_a_power_law(claim):
     v = verdict(c, runs)
     assert v.verdict == "holds" and v.estimate == pytest.approx(2.0)
     assert verdict(claim({**c.test, "bound": 1.5}), runs).verdict == "fails"
+    # "about linear" is a band: a slope of 2 or of 0.5 is outside [0.7, 1.3], a slope of 1 inside
+    band = {k: v for k, v in c.test.items() if k not in ("op", "bound")} | {"within": [0.7, 1.3]}
+    v = verdict(claim(band), runs)
+    assert v.verdict == "fails" and "against the band [0.7, 1.3]" in v.reason
+    sub = table(*(rows("static", [x**0.5, x**0.5], x) for x in (0.5, 0.7, 0.9)))
+    assert verdict(claim(band), sub).verdict == "fails"
+    assert verdict(c, sub).verdict == "holds"  # the one-sided bound lets a sub-linear slope hold
+    lin = table(*(rows("static", [x, x], x) for x in (0.5, 0.7, 0.9)))
+    assert verdict(claim(band), lin).verdict == "holds"
+    with pytest.raises(ClaimError, match="'exponent' test takes either op and bound, or within"):
+        claim({**band, "op": "<", "bound": 1.3})
+    with pytest.raises(ClaimError, match="'exponent' test takes op and bound together"):
+        claim({k: v for k, v in c.test.items() if k != "bound"})
 
 
 def test_ratio_ranking_and_exponent_are_inconclusive_inside_noise(claim):
