@@ -37,7 +37,7 @@ import importlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -63,12 +63,18 @@ class Metric:
         unit: e.g. ``"fraction"``, ``"s"``, ``"×"``; ``""`` for a count.
         higher_is_better: the direction of "better" (rank, claims' orderings).
         description: one line for docs and ``sparsebench pillars``.
+        deterministic: the column is a function of the cell's configuration alone, the same on
+            every seed and every rerun of every method (a count, a FLOPs formula): only then is
+            a spread of zero over seeds evidence, and only then may a claim use ``stat:
+            exact``. Accuracies, losses, timings and rounding errors are not. When in doubt,
+            False: a claim on a deterministic metric could hold on a tie that is chance.
     """
 
     name: str
     unit: str
     higher_is_better: bool
     description: str = ""
+    deterministic: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,30 @@ class Cell:
     def trigger_hash(self) -> str:
         blob = json.dumps(self.trigger, sort_keys=True, default=str).encode()
         return hashlib.sha1(blob).hexdigest()[:16]
+
+
+def trial_part(trial: int, sep: str) -> str:
+    """Trial ``trial``'s part of a cell id (``sep`` ``"/"``: ``/trial1``) or label (``" "``:
+    `` trial 1``), for a pillar whose replicate is ``trial``. None for trial 0: a section
+    measured once keeps its cells' ids, and raising ``trials`` keeps the measurements made
+    as trial 0."""
+    if trial == 0:
+        return ""
+    return f"/trial{trial}" if sep == "/" else f"{sep}trial {trial}"
+
+
+def with_trial(cell: Cell, trial: int) -> Cell:
+    """``cell`` as trial ``trial`` of its configuration: the same parameters, seed and
+    trigger, the trial in its id, label and ``trial`` column, and a batch key of its own so
+    that each trial is measured in a job (a process) of its own, independently of the
+    others."""
+    return replace(
+        cell,
+        id=cell.id + trial_part(trial, "/"),
+        label=cell.label + trial_part(trial, " "),
+        batch=cell.batch + trial_part(trial, "/"),
+        columns={**cell.columns, "trial": trial},
+    )
 
 
 @dataclass(frozen=True)
@@ -168,6 +198,12 @@ class Pillar:
         row_key: columns that, with ``cell_id``, identify one table row (several rows per
             record only where :meth:`table_rows` splits records).
         metrics: the columns claims may address.
+        replicate: the column whose distinct values are a cell's independent replicates: the
+            claims engine counts them as n, refuses a cell where one has two rows and pairs
+            ``stat: paired`` by them. ``seed`` (training pillars), or ``trial`` where a cell is
+            one fixed configuration measured in several jobs (kernels, hessian timings). A cell
+            id carries it as a ``/<replicate><n>`` part and a label as ``<replicate> <n>`` (or
+            ``=``), which the engine strips to find the replicates of one cell.
         method_column, extra_method_names: the column holding a row's method and the names it
             may hold besides the registered methods of ``families`` (claims check both).
         plots: the plots :meth:`board` writes.
@@ -183,6 +219,7 @@ class Pillar:
     columns: ClassVar[dict[str, type]] = {}
     row_key: ClassVar[tuple[str, ...]] = ()
     metrics: ClassVar[tuple[Metric, ...]] = ()
+    replicate: ClassVar[str] = "seed"
     # The column that holds a row's method (claims check its values against the registry)
     # and the names that column may hold besides registered methods (references, baselines).
     method_column: ClassVar[str] = "method"

@@ -20,6 +20,7 @@ import itertools
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,107 @@ class SpecError(ValueError):
     """An invalid benchmark spec; the message names file, key path, value and what is allowed."""
 
 
+# Bounds on a YAML file (a spec or a claim file), which may come from anyone: its size, and
+# what its aliases may add (``*a`` repeats the node ``&a`` names, so ten aliases of ten
+# aliases of ... expand a few hundred bytes into billions of nodes), its nesting depth (the
+# parser recurses) and the nodes it expands to when it uses aliases.
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_ALIASES = 100
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 100_000
+
+
+class YamlLimitError(ValueError):
+    """A YAML file past one of the bounds above; the message names the bound."""
+
+
+def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a document whose aliases expand it past :data:`MAX_YAML_NODES` nodes or
+    :data:`MAX_YAML_DEPTH` levels (an alias inside a deep node nests the node it names once
+    more) or make it contain itself; counted over the composed graph, each node once (no
+    expansion here)."""
+    sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
+    open_: set[int] = set()  # nodes on the current path: an alias to one of them is a cycle
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            open_.discard(id(node))
+            children = _yaml_children(node)
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+            depths[id(node)] = 1 + max((depths[id(c)] for c in children), default=0)
+            if sizes[id(node)] > MAX_YAML_NODES:
+                raise YamlLimitError(
+                    f"its aliases (*name) expand it to more than {MAX_YAML_NODES} nodes, the "
+                    "most allowed; write the values out or use fewer aliases"
+                )
+            if depths[id(node)] > MAX_YAML_DEPTH:  # nodes on a path, as composing counts
+                raise YamlLimitError(
+                    f"its aliases (*name) nest it more than {MAX_YAML_DEPTH} levels deep, the "
+                    "most allowed"
+                )
+            continue
+        if id(node) in sizes:
+            continue
+        open_.add(id(node))
+        stack.append((node, True))
+        for child in _yaml_children(node):
+            if id(child) in open_:
+                mark = child.start_mark
+                raise YamlLimitError(
+                    f"an alias (*name) makes the node at {mark.line + 1}:{mark.column + 1} "
+                    "contain itself"
+                )
+            if id(child) not in sizes:
+                stack.append((child, False))
+
+
 class SpecLoader(yaml.SafeLoader):
-    """YAML loader for specs: reads ``1e-3`` as a float (YAML 1.2; PyYAML's YAML 1.1 rules
-    would make it the string "1e-3") and refuses duplicate keys instead of keeping the last."""
+    """YAML loader for specs and claim files: reads ``1e-3`` as a float (YAML 1.2; PyYAML's
+    YAML 1.1 rules would make it the string "1e-3"), refuses duplicate keys instead of
+    keeping the last, and bounds what aliases and nesting may cost (:data:`MAX_YAML_ALIASES`,
+    :data:`MAX_YAML_DEPTH`, :data:`MAX_YAML_NODES`; :class:`YamlLimitError`)."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                mark = self.peek_event().start_mark
+                raise YamlLimitError(
+                    f"it uses more than {MAX_YAML_ALIASES} aliases (*name), the most allowed "
+                    f"(the first past it at {mark.line + 1}:{mark.column + 1})"
+                )
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            mark = self.peek_event().start_mark
+            raise YamlLimitError(
+                f"it nests more than {MAX_YAML_DEPTH} levels deep, the most allowed (at "
+                f"{mark.line + 1}:{mark.column + 1})"
+            )
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self):
+        node = super().compose_document()
+        if self._aliases:
+            _check_expansion(node)
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -171,16 +270,28 @@ def section_settings(spec: Spec, key: str, method: str, families) -> list[Settin
     )
 
 
-def _refuse_non_finite(value: Any, source: str, path: tuple = ()) -> None:
-    """YAML's .nan / .inf are numbers to JSON Schema: refuse them here, naming the key."""
+def first_non_finite(value: Any, path: tuple = ()) -> tuple[tuple, Any] | None:
+    """(key path, value) of the first number in ``value`` that is not finite: YAML's .nan,
+    .inf, a float literal past the float range (``1e309``) or an integer too large for a
+    float; None if there is none. JSON Schema takes them all as numbers, and every bound or
+    margin compared with one would hold or fail vacuously."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise SpecError(f"{source}: {keypath(path)}: {value!r} is not a finite number")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _refuse_non_finite(v, source, (*path, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _refuse_non_finite(v, source, (*path, i))
+        return path, value
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+        return path, value
+    if isinstance(value, dict | list):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for k, v in items:
+            if (found := first_non_finite(v, (*path, k))) is not None:
+                return found
+    return None
+
+
+def _refuse_non_finite(value: Any, source: str) -> None:
+    """Refuse a number that is not finite anywhere in a spec, naming the key."""
+    if (found := first_non_finite(value)) is not None:
+        path, bad = found
+        raise SpecError(f"{source}: {keypath(path)}: {bad!r} is not a finite number")
 
 
 def validate(data: Any, source: str = "<spec>") -> Spec:
@@ -269,17 +380,42 @@ def _check_claims(spec: Spec) -> None:
             )
 
 
+def read_yaml(path: Path, what: str, error: type[ValueError]) -> Any:
+    """The parsed YAML of a spec or claim file (``what`` names it in messages), within the
+    bounds of :class:`SpecLoader` and :data:`MAX_YAML_BYTES`; ``error`` (naming the file)
+    if it is larger, not UTF-8, not valid YAML or past a bound."""
+    with path.open("rb") as f:  # never more than the bound, whatever the file holds
+        raw = f.read(MAX_YAML_BYTES + 1)
+    if len(raw) > MAX_YAML_BYTES:
+        raise error(
+            f"{path}: the {what} is larger than {MAX_YAML_BYTES} bytes (1 MiB), the most a "
+            f"{what} may hold"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(
+            f"{path}: not UTF-8 (byte {e.start}: {e.reason}); a {what} must be UTF-8 text"
+        ) from None
+    try:
+        return yaml.load(text, Loader=SpecLoader)  # noqa: S506 - a SafeLoader
+    except YamlLimitError as e:
+        raise error(f"{path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise error(f"{path}: not valid YAML: {e}") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise error(f"{path}: a value cannot be read: {e}") from None
+
+
 def load(path: str | Path) -> Spec:
     """Read and validate the YAML spec at ``path``.
 
-    Raises: SpecError if the file is missing, is not valid YAML, or fails validation."""
+    Raises: SpecError if the file is missing, too large, not UTF-8, not valid YAML, or fails
+    validation."""
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"{path}: spec file not found")
-    try:
-        data = yaml.load(path.read_text(), Loader=SpecLoader)  # noqa: S506 - a SafeLoader
-    except yaml.YAMLError as e:
-        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    data = read_yaml(path, "spec", SpecError)
     try:
         return validate(data, str(path))
     except registry.RegistryError as e:

@@ -24,7 +24,8 @@ class ToyPillar(Pillar):
     spec_keys = ("toy",)
     columns = {"value": float, "square": float}  # the runs table: common columns + these
     extra_method_names = ("square",)  # the cells' method: the toy registers no method family
-    metrics = (Metric("square", "", True, "the value squared"),)
+    # deterministic: arithmetic, so its claims may use stat: exact
+    metrics = (Metric("square", "", True, "the value squared", deterministic=True),)
 
     def example(self, method=None):
         return {"toy": {"values": [1, 2]}}

@@ -13,11 +13,15 @@ How a test is judged (``level`` is the two-sided interval level, default 0.95; s
 * ``ratio`` (mean(a)/mean(b) op threshold) and ``value`` (mean(a) op bound, or within
   [low, high]): the delta-method interval of the ratio / the t interval of the mean, compared
   with the threshold or band the same way.
-* ``ranking`` (cells best first, in the metric's direction): an ``order`` test between each
-  neighbouring pair; ``holds`` if every pair holds, ``fails`` if any pair fails.
+* ``ranking`` (cells best first, in the metric's direction): an ``order`` test between every
+  pair i < j of the cells, not only neighbours (two steps inside the noise can add up to a
+  clear difference between the ends); ``fails`` if any pair fails, ``holds`` only if every
+  pair holds and every cell could be read, else inconclusive. A cell that cannot be read
+  (missing, failed, too few seeds) makes its pairs inconclusive and leaves the others judged.
 * ``trend`` (the metric along a column, e.g. ``target_sparsity``): an ``order`` test between
-  neighbouring values of the column, combined as ranking; ``constant``: an ``equal`` test of
-  every value against the first (so that small steps cannot add up to a drift).
+  every pair of values of the column (a later value against an earlier one), combined as
+  ranking; ``constant``: an ``equal`` test of every pair, the first against every value
+  included (so that small steps cannot add up to a drift).
 * ``exponent``: the interval of the fitted slope of log metric on log ``along``.
 
 ``at: {X: [x, ...]}`` (order, equal, ratio, value, ranking) reads the metric Y at X = x
@@ -30,19 +34,34 @@ so); fewer than ``min_seeds`` left makes the claim inconclusive. Each x is judge
 and the verdicts combine as a ranking's (holds iff every x holds, fails if any fails).
 
 A cell that is missing, has fewer than ``min_seeds`` finished seeds (default 2; 1 with
-``stat: exact``), or has a failed, diverged or skipped row makes the claim inconclusive,
-naming the cell; a selector that matches several cells also does (narrow it with more
-filters). With ``stat: exact`` (deterministic metrics) intervals are points and a tie at the
-boundary holds only where a margin allows it; values that differ across seeds make an exact
-test inconclusive (the metric is not deterministic). A test holds on a one-sided reading of a
-two-sided interval, i.e. at one-sided error 0.025 for the default level, with no correction
-for the number of claims judged.
+``stat: exact``; distinct seeds: a seed with two rows makes the cell inconclusive), or has a
+row whose status is not ``ok`` (failed, diverged, skipped, or none) makes the claim
+inconclusive, naming the cell; a selector that matches several cells also does (narrow it
+with more filters).
+
+A spread of zero is evidence only for a metric its pillar declares deterministic
+(:attr:`~sparsebench.suite.pillar.Metric.deterministic`: a count or a formula of the
+configuration). For any other metric, cells whose seeds all tie (two cells for Welch's and
+the ratio's intervals, one for a mean, the per-seed differences for ``paired``, the points of
+a slope) would give a point interval that "holds" on chance ties, e.g. accuracies on a
+1,000-image test set: such a test is inconclusive and says so. ``stat: exact`` (refused for a
+metric that is not deterministic when the file is read) makes intervals points; a tie at the
+boundary holds only where a margin allows it, and values that differ across seeds make the
+test inconclusive. A test holds on a one-sided reading of a two-sided interval, i.e. at
+one-sided error 0.025 for the default level, with no correction for the number of claims
+judged.
 
 With ``stat: paired`` (order, equal, ranking, trend) the Welch interval of d is replaced by
 the paired t interval of the per-seed differences a_s − b_s (:func:`.stats.paired_diff`), for
 cells that share each seed's inputs, such as merges of one seed's experts: the offset a seed
 gives both cells cancels. Both cells must have the same seeds (else inconclusive, naming
-them); differences that are all equal give an unbounded interval (inconclusive).
+them); differences that are all equal are inconclusive (a point for a deterministic metric).
+
+"Seeds" above are the pillar's replicates (:attr:`~sparsebench.suite.pillar.Pillar.replicate`):
+the ``seed`` column by default, ``trial`` for the timing pillars (kernels, hessian), whose
+cells are one fixed configuration measured in several independent jobs. ``min_seeds``, n,
+the duplicated-replicate check and the pairing of ``stat: paired`` all read that column, and
+a cell's replicates are the rows whose ids differ only in a ``/<replicate><n>`` part.
 """
 
 from __future__ import annotations
@@ -51,6 +70,8 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cache
+from itertools import combinations
 from typing import Any
 
 import polars as pl
@@ -65,6 +86,26 @@ _SEED_PART = re.compile(r"(^|/)seed\d+(?=/|$)")
 _SEED_LABEL = re.compile(r"\s*\bseed[= ]?\d+\b")
 
 
+@cache
+def _replicate_parts(replicate: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(id part, label part) that name one replicate, e.g. ``/seed3`` and ``seed=3``, or
+    ``/trial1`` and ``trial 1``: stripped, they leave what the replicates of a cell share."""
+    if replicate == "seed":
+        return _SEED_PART, _SEED_LABEL
+    name = re.escape(replicate)
+    return re.compile(rf"(^|/){name}\d+(?=/|$)"), re.compile(rf"\s*\b{name}[= ]?\d+\b")
+
+
+def _replicate(pillar: str) -> str:
+    """The column holding ``pillar``'s replicates (``seed`` for an unknown pillar)."""
+    from sparsebench.suite.pillar import PillarError, get_pillar
+
+    try:
+        return get_pillar(pillar).replicate or "seed"
+    except PillarError:
+        return "seed"
+
+
 @dataclass
 class CellStat:
     """One addressed cell: its filters, per-seed values and their summary."""
@@ -72,7 +113,8 @@ class CellStat:
     selector: dict[str, Any]
     label: str = ""
     values: list[float] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=list)  # the seed of each value
+    # the replicate of each value: its seed, or its trial where the pillar's replicate is trial
+    seeds: list[int] = field(default_factory=list)
     n: int = 0
     mean: float | None = None
     std: float | None = None
@@ -139,14 +181,40 @@ def _matching(runs: pl.DataFrame | None, filters: dict[str, Any]) -> pl.DataFram
     return rows
 
 
+def _unfinished(rows: pl.DataFrame, filters: dict[str, Any], what: str = "") -> None:
+    """Inconclusive if a row's status is not ``ok``: a null status is no evidence that the
+    job finished (polars would drop it from ``status != "ok"``)."""
+    bad = rows.filter(pl.col("status").is_null() | (pl.col("status") != "ok"))
+    if not bad.height:
+        return
+    statuses = bad["status"].to_list()
+    kinds = sorted({s for s in statuses if s is not None})
+    kinds += ["with no status"] if None in statuses else []
+    raise Inconclusive(
+        f"{_describe(filters)}: {bad.height} row(s){what} {', '.join(kinds)} (e.g. "
+        f"{bad['cell_id'][0]}): only status ok is finished; a claim over a failed or "
+        "unfinished cell is not judged"
+    )
+
+
 def _cell(
-    runs: pl.DataFrame | None, filters: dict[str, Any], metric: str, row_key, min_seeds: int
+    runs: pl.DataFrame | None,
+    filters: dict[str, Any],
+    metric: str,
+    row_key,
+    min_seeds: int,
+    replicate: str = "seed",
 ) -> CellStat:
-    """The per-seed values of the one cell ``filters`` address; raises Inconclusive."""
+    """The per-replicate values of the one cell ``filters`` address (``replicate``: the
+    column whose distinct values count, ``seed`` or ``trial``; ``seed`` where the table lacks
+    it); raises Inconclusive."""
     stat = CellStat(selector=filters)
     rows = _matching(runs, filters)
-    key = [c for c in row_key if c != "seed" and c in rows.columns]
-    cells = [_SEED_PART.sub("", c) for c in rows["cell_id"].to_list()]  # one id per seed
+    if replicate not in rows.columns:  # a table without it (hand-built, or older): seeds
+        replicate = "seed"
+    id_part, label_part = _replicate_parts(replicate)
+    key = [c for c in row_key if c != replicate and c in rows.columns]
+    cells = [id_part.sub("", c) for c in rows["cell_id"].to_list()]  # one id per replicate
     rows = rows.with_columns(pl.Series("_cell", cells))
     groups = rows.select(["_cell", *key]).unique()
     if groups.height > 1:
@@ -156,12 +224,21 @@ def _cell(
             "(setting, task, ...) so that it names one"
         )
     label = rows["label"][0] if "label" in rows.columns else groups["_cell"][0]
-    stat.label = _SEED_LABEL.sub("", label)  # the mean is over seeds
-    bad = rows.filter(pl.col("status") != "ok")
-    if bad.height:
+    stat.label = label_part.sub("", label)  # the mean is over replicates
+    _unfinished(rows, filters)
+    # n counts replicates, not rows: a record read twice must not narrow the interval
+    has_rep = replicate in rows.columns
+    reps = rows[replicate].to_list() if has_rep else [None] * rows.height
+    ids = [
+        f"{replicate} {s}" if s is not None else c
+        for s, c in zip(reps, rows["cell_id"].to_list(), strict=True)
+    ]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
         raise Inconclusive(
-            f"{_describe(filters)}: {bad.height} row(s) {', '.join(sorted(set(bad['status'])))}"
-            f" (e.g. {bad['cell_id'][0]}): a claim over a failed cell is not judged"
+            f"{_describe(filters)}: {'; '.join(f'{i} has {ids.count(i)} rows' for i in dup)}: "
+            f"each {replicate} counts once, so a cell with a duplicated {replicate} is not "
+            "judged"
         )
     raw = rows[metric].to_list()
     if any(v is None or not math.isfinite(v) for v in raw):
@@ -172,11 +249,12 @@ def _cell(
     values = [float(v) for v in raw]
     if len(values) < min_seeds:
         raise Inconclusive(
-            f"{_describe(filters)}: {len(values)} seed(s) with {metric}, the test needs {min_seeds}"
+            f"{_describe(filters)}: {len(values)} {replicate}(s) with {metric}, the test needs "
+            f"{min_seeds}"
         )
     stat.values, stat.n = values, len(values)
-    if "seed" in rows.columns:
-        stat.seeds = [int(s) for s in rows["seed"].to_list()]
+    if has_rep and None not in reps:
+        stat.seeds = [int(s) for s in reps]
     stat.mean = sum(values) / len(values)
     if len(values) > 1:
         m = stat.mean
@@ -184,13 +262,16 @@ def _cell(
     return stat
 
 
-def _sweep_key(rows: pl.DataFrame, row_key) -> tuple[pl.DataFrame, list[str]]:
-    """``rows`` with ``_sweep``: the cell id without its seed and setting parts, so that the
-    cells of one sweep (same everything but setting and seed) share it."""
-    key = [c for c in row_key if c not in ("seed", "setting_id") and c in rows.columns]
+def _sweep_key(
+    rows: pl.DataFrame, row_key, replicate: str = "seed"
+) -> tuple[pl.DataFrame, list[str]]:
+    """``rows`` with ``_sweep``: the cell id without its replicate and setting parts, so that
+    the cells of one sweep (same everything but setting and replicate) share it."""
+    key = [c for c in row_key if c not in (replicate, "setting_id") and c in rows.columns]
     sids = rows["setting_id"].to_list() if "setting_id" in rows.columns else [None] * rows.height
+    id_part = _replicate_parts(replicate)[0]
     ids = [
-        "/".join(p for p in _SEED_PART.sub("", c).split("/") if p != sid)
+        "/".join(p for p in id_part.sub("", c).split("/") if p != sid)
         for c, sid in zip(rows["cell_id"].to_list(), sids, strict=True)
     ]
     return rows.with_columns(pl.Series("_sweep", ids)), key
@@ -218,15 +299,19 @@ def _sweep_cell(
     min_seeds: int,
     column: str,
     x: float,
+    replicate: str = "seed",
 ) -> CellStat:
-    """The per-seed values of ``metric`` at ``column`` = ``x`` over the one sweep that
-    ``filters`` address (its cells differ only in setting and seed); raises Inconclusive."""
+    """The per-replicate values of ``metric`` at ``column`` = ``x`` over the one sweep that
+    ``filters`` address (its cells differ only in setting and replicate: ``seed`` or
+    ``trial``); raises Inconclusive."""
     stat = CellStat(selector=filters)
     rows = _matching(runs, filters)
-    for c in (column, "seed"):
+    if replicate not in rows.columns:  # a table without it (hand-built, or older): seeds
+        replicate = "seed"
+    for c in (column, replicate):
         if c not in rows.columns:
             raise Inconclusive(f"column {c!r} is not in this pillar's runs table")
-    rows, key = _sweep_key(rows, row_key)
+    rows, key = _sweep_key(rows, row_key, replicate)
     groups = rows.select(["_sweep", *key]).unique(maintain_order=True)
     if groups.height > 1:
         some = "; ".join(groups["_sweep"].head(3).to_list())
@@ -242,13 +327,7 @@ def _sweep_cell(
             f"{', '.join(varying)}; with at, a sweep's settings vary one parameter (give the "
             "other values their own method entry in the spec, or filter on a column)"
         )
-    bad = rows.filter(pl.col("status") != "ok")
-    if bad.height:
-        raise Inconclusive(
-            f"{_describe(filters)}: {bad.height} row(s) of the sweep "
-            f"{', '.join(sorted(set(bad['status'])))} (e.g. {bad['cell_id'][0]}): a claim over "
-            "a failed cell is not judged"
-        )
+    _unfinished(rows, filters, " of the sweep")
     for c in (column, metric):
         missing = sum(not _finite(v) for v in rows[c].to_list())
         if missing:
@@ -258,8 +337,16 @@ def _sweep_cell(
             )
     setting = rows["setting"] if "setting" in rows.columns else rows["cell_id"]
     rows = rows.with_columns(setting.alias("_setting"))
+    twice = rows.group_by(replicate, "_setting").len().filter(pl.col("len") > 1).sort(replicate)
+    if twice.height:
+        raise Inconclusive(
+            f"{_describe(filters)}: {replicate} {twice[replicate][0]} has {twice['len'][0]} "
+            f"rows at {twice['_setting'][0]}: each {replicate} counts once, so a sweep with a "
+            f"duplicated {replicate} is not judged"
+        )
     n_settings = rows["_setting"].n_unique()
-    label = _SEED_LABEL.sub("", rows["label"][0] if "label" in rows.columns else rows["_sweep"][0])
+    label_part = _replicate_parts(replicate)[1]
+    label = label_part.sub("", rows["label"][0] if "label" in rows.columns else rows["_sweep"][0])
     first = rows["_setting"][0]
     for wrap in ("({})", "[{}]"):  # the setting as the pillars' labels show it
         if wrap.format(first) in label:
@@ -267,16 +354,16 @@ def _sweep_cell(
             break
     stat.label = f"{label} at {column}={x:g}"
     readings, dropped = [], []
-    for seed in sorted(set(rows["seed"].to_list())):
-        pts = rows.filter(pl.col("seed") == seed).sort(column)
+    for seed in sorted(set(rows[replicate].to_list())):
+        pts = rows.filter(pl.col(replicate) == seed).sort(column)
         xs, ys = pts[column].cast(pl.Float64).to_list(), pts[metric].cast(pl.Float64).to_list()
         names = pts["_setting"].to_list()
         try:
             got = value_at(xs, ys, x)
         except ValueError as e:  # a column the sweep does not move
             raise Inconclusive(
-                f"{stat.label}: seed {seed}'s settings do not move {column} ({e}); at needs a "
-                "column that the sweep's settings change"
+                f"{stat.label}: {replicate} {seed}'s settings do not move {column} ({e}); at "
+                "needs a column that the sweep's settings change"
             ) from None
         if got is None:
             dropped.append({"seed": seed, "range": [min(xs), max(xs)]})
@@ -292,11 +379,12 @@ def _sweep_cell(
     stat.seeds = [int(r["seed"]) for r in readings]
     if len(values) < min_seeds:
         why = "; ".join(
-            f"seed {d['seed']}'s sweep spans {column} {_fmt(d['range'][0])}–{_fmt(d['range'][1])}"
-            for d in dropped
+            f"{replicate} {d['seed']}'s sweep spans {column} "
+            f"{_fmt(d['range'][0])}–{_fmt(d['range'][1])}"
+            for d in dropped  # the readings keep the key "seed" for any replicate
         )
         raise Inconclusive(
-            f"{stat.label}: {len(values)} seed(s) bracket {column} = {x:g}, the test needs "
+            f"{stat.label}: {len(values)} {replicate}(s) bracket {column} = {x:g}, the test needs "
             f"{min_seeds}" + (f" ({why}; never extrapolated)" if why else "")
         )
     stat.values, stat.n = values, len(values)
@@ -336,35 +424,48 @@ def _above(low: float, high: float, point: float, exact: bool, allow_tie: bool) 
     return "inconclusive"
 
 
-def _diff(first: CellStat, second: CellStat, level: float, stat: str):
+def _diff(x: _Ctx, first: CellStat, second: CellStat):
     """(d, low, high) of first − second: Welch's interval of the difference of the means,
     a point (``exact``), or the paired interval over the seeds both cells have (``paired``:
-    their seed sets must be equal, else Inconclusive)."""
-    if stat != "paired":
-        return stats.welch_diff(first.values, second.values, level, stat == "exact")
-    if sorted(first.seeds) != sorted(second.seeds) or len(set(first.seeds)) < len(first.seeds):
+    their seed sets must be equal, else Inconclusive). Inconclusive where the interval would
+    be a point from seeds that tie on a metric that is not deterministic."""
+    if x.stat != "paired":
+        x.no_ties(first, second)
+        return stats.welch_diff(first.values, second.values, x.level, x.exact)
+    unnamed = len(first.seeds) < first.n  # a value whose replicate is null pairs with none
+    if (
+        unnamed
+        or sorted(first.seeds) != sorted(second.seeds)
+        or len(set(first.seeds)) < len(first.seeds)
+    ):
         raise Inconclusive(
-            f"stat: paired needs the same seeds, once each, in both cells: {first.label} has "
-            f"{sorted(first.seeds)}, {second.label} {sorted(second.seeds)}"
+            f"stat: paired needs the same {x.replicate}s, once each, in both cells: "
+            f"{first.label} has {sorted(first.seeds)}, {second.label} {sorted(second.seeds)}"
         )
     by_seed = dict(zip(second.seeds, second.values, strict=True))
-    return stats.paired_diff(first.values, [by_seed[s] for s in first.seeds], level)
+    b = [by_seed[s] for s in first.seeds]
+    if stats.paired_ties(first.values, b):
+        d = sum(first.values) / len(b) - sum(b) / len(b)
+        if x.deterministic:
+            return d, d, d
+        raise x.no_evidence(
+            f"{first.label} − {second.label}: {len(b)} {x.replicate}s all differ by {_fmt(d)}"
+        )
+    return stats.paired_diff(first.values, b, x.level)
 
 
-def _order(a: CellStat, b: CellStat, op: str, margin: float, level: float, stat: str):
+def _order(x: _Ctx, a: CellStat, b: CellStat, op: str, margin: float):
     """(verdict, d, low, high) of ``a op b`` with margin; d is oriented so that > −m holds."""
     first, second = (a, b) if op == ">" else (b, a)
-    d, lo, hi = _diff(first, second, level, stat)
-    exact = stat == "exact"
-    return _above(lo, hi, -margin, exact, allow_tie=margin > 0), d, lo, hi
+    d, lo, hi = _diff(x, first, second)
+    return _above(lo, hi, -margin, x.exact, allow_tie=margin > 0), d, lo, hi
 
 
-def _equal(a: CellStat, b: CellStat, tol: float, level: float, stat: str):
-    d, lo, hi = _diff(a, b, level, stat)
-    exact = stat == "exact"
+def _equal(x: _Ctx, a: CellStat, b: CellStat, tol: float):
+    d, lo, hi = _diff(x, a, b)
     if -tol <= lo and hi <= tol:
         return "holds", d, lo, hi
-    if lo > tol or hi < -tol or exact:
+    if lo > tol or hi < -tol or x.exact:
         return "fails", d, lo, hi
     return "inconclusive", d, lo, hi
 
@@ -383,6 +484,17 @@ def _fmt(x: float | None) -> str:
     return f"{x:.4g}"
 
 
+def _deterministic(pillar: str, metric: str) -> bool:
+    """Whether ``pillar`` declares ``metric`` deterministic (False if either is unknown)."""
+    from sparsebench.suite.pillar import PillarError, get_pillar
+
+    try:
+        found = [m for m in get_pillar(pillar).metrics if m.name == metric]
+    except PillarError:
+        return False
+    return bool(found) and found[0].deterministic
+
+
 class _Ctx:
     """What the kind functions need: the test, its metric's table and cell lookup."""
 
@@ -396,6 +508,8 @@ class _Ctx:
         self.claim, self.t = claim, claim.test
         self.level, self.stat = self.t["level"], self.t["stat"]
         self.exact = self.stat == "exact"
+        self.deterministic = _deterministic(self.t["pillar"], self.t["metric"])
+        self.replicate = _replicate(self.t["pillar"])  # what n counts: seeds or trials
         self.runs = tables.get(self.t["pillar"])
         self.key = row_keys.get(self.t["pillar"], ())
         self.at = at  # (column, x): cells are sweeps read at column = x
@@ -404,19 +518,52 @@ class _Ctx:
     def cell(self, filters: dict[str, Any]) -> CellStat:
         t, sel = self.t, {**self.t["where"], **filters}
         if self.at is None:
-            c = _cell(self.runs, sel, t["metric"], self.key, t["min_seeds"])
+            c = _cell(self.runs, sel, t["metric"], self.key, t["min_seeds"], self.replicate)
         else:
-            c = _sweep_cell(self.runs, sel, t["metric"], self.key, t["min_seeds"], *self.at)
+            c = _sweep_cell(
+                self.runs, sel, t["metric"], self.key, t["min_seeds"], *self.at,
+                replicate=self.replicate,
+            )  # fmt: skip
         self.cells.append(c)
         if self.exact and len(set(c.values)) > 1:
             raise Inconclusive(
                 f"{_describe(filters)}: stat: exact, but {t['metric']} differs across the "
-                f"{c.n} seeds ({_fmt(min(c.values))} to {_fmt(max(c.values))}); use welch"
+                f"{c.n} {self.replicate}s ({_fmt(min(c.values))} to {_fmt(max(c.values))}); "
+                "use welch"
             )
         return c
 
+    def try_cell(self, filters: dict[str, Any]) -> CellStat:
+        """:meth:`cell`, but a cell that cannot be used comes back with its ``problem`` (and
+        keeps its slot in :attr:`cells`) instead of stopping the claim: a ranking or trend
+        still judges the pairs of the other cells."""
+        n = len(self.cells)
+        try:
+            return self.cell(filters)
+        except Inconclusive as e:
+            c = self.cells[n] if len(self.cells) > n else CellStat({**self.t["where"], **filters})
+            del self.cells[n:]
+            c.problem = str(e)
+            self.cells.append(c)
+            return c
+
+    def no_evidence(self, what: str) -> Inconclusive:
+        return Inconclusive(
+            f"{what}: a spread of zero is no evidence for {self.t['metric']}, which is not "
+            "deterministic"
+        )
+
+    def no_ties(self, *cells: CellStat) -> None:
+        """Inconclusive if every one of ``cells`` has seeds that all tie (the interval would be
+        a point) and the metric is not deterministic; one cell with a spread is enough."""
+        if self.exact or self.deterministic or not all(stats.no_spread(c.values) for c in cells):
+            return
+        raise self.no_evidence(
+            "; ".join(f"{c.label}: {c.n} {self.replicate}s all {_fmt(c.values[0])}" for c in cells)
+        )
+
     def interval(self, what: str, est: float, lo: float, hi: float, against: str) -> str:
-        exact = {"exact": " (exact)", "paired": " (paired by seed)"}.get(self.stat, "")
+        exact = {"exact": " (exact)", "paired": f" (paired by {self.replicate})"}.get(self.stat, "")
         return (
             f"{what} = {_fmt(est)}, {self.level:.0%} interval [{_fmt(lo)}, {_fmt(hi)}] "
             f"against {against}{exact}"
@@ -449,14 +596,15 @@ def _judge_pair(x: _Ctx) -> Verdict:
     t = x.t
     a, b = x.cell(t["a"]), x.cell(t["b"])
     if t["kind"] == "order":
-        v, est, lo, hi = _order(a, b, t["op"], t.get("margin", 0.0), x.level, x.stat)
+        v, est, lo, hi = _order(x, a, b, t["op"], t.get("margin", 0.0))
         what = "mean(a) − mean(b)" if t["op"] == ">" else "mean(b) − mean(a)"
         margin = t.get("margin", 0.0)
         against = f"> {_fmt(-margin)}" if margin else "> 0"
     elif t["kind"] == "equal":
-        v, est, lo, hi = _equal(a, b, t["tol"], x.level, x.stat)
+        v, est, lo, hi = _equal(x, a, b, t["tol"])
         what, against = "mean(a) − mean(b)", f"[{_fmt(-t['tol'])}, {_fmt(t['tol'])}]"
     else:
+        x.no_ties(a, b)
         est, lo, hi = stats.ratio_interval(a.values, b.values, x.level, x.exact)
         v = _side(t["op"], lo, hi, t["threshold"], x.exact)
         what, against = "mean(a) / mean(b)", f"{t['op']} {_fmt(t['threshold'])}"
@@ -466,9 +614,50 @@ def _judge_pair(x: _Ctx) -> Verdict:
 def _judge_value(x: _Ctx) -> Verdict:
     t = x.t
     a = x.cell(t["a"])
+    x.no_ties(a)
     est, lo, hi = stats.mean_interval(a.values, x.level, x.exact)
     v, against = _bound(t, lo, hi, x.exact)
     return Verdict(x.claim, v, x.interval("mean", est, lo, hi, against), est, lo, hi, x.cells)
+
+
+def _name(c: CellStat) -> str:
+    return c.label or _describe(c.selector)
+
+
+def _pair(first: CellStat, second: CellStat, test) -> dict[str, Any]:
+    """One pair of a ranking or trend: its verdict, difference and interval, or inconclusive
+    (with its ``reason``) where a cell cannot be used or the pair cannot be judged."""
+    if first.problem or second.problem:
+        bad = [_name(c) for c in (first, second) if c.problem]
+        why = f"{' and '.join(bad)} cannot be judged"
+        return {"verdict": "inconclusive", "diff": None, "low": None, "high": None, "reason": why}
+    try:
+        v, d, lo, hi = test(first, second)
+    except Inconclusive as e:
+        return {"verdict": "inconclusive", "diff": None, "low": None, "high": None,
+                "reason": str(e)}  # fmt: skip
+    return {"verdict": v, "diff": d, "low": lo, "high": hi}
+
+
+def _pairs_verdict(
+    x: _Ctx, cells: list[CellStat], pairs: list[dict], head, diff: str = "diff"
+) -> Verdict:
+    """Every pair combined: fails if any pair fails, holds only if every pair holds (so no
+    cell is missing), else inconclusive; the reason names the unusable cells once, then
+    every pair (``head(pair)`` its first words, ``diff`` the word for its difference)."""
+
+    def one(p: dict[str, Any]) -> str:
+        if p["diff"] is None:
+            return f"{head(p)}: inconclusive ({p['reason']})"
+        return (
+            f"{head(p)}: {p['verdict']} ({diff} {_fmt(p['diff'])}, "
+            f"[{_fmt(p['low'])}, {_fmt(p['high'])}])"
+        )
+
+    problems = [c.problem for c in cells if c.problem]
+    reason = "; ".join([*problems, *map(one, pairs)])
+    return Verdict(x.claim, _combine([p["verdict"] for p in pairs]), reason, cells=x.cells,
+                   pairs=pairs)  # fmt: skip
 
 
 def _judge_ranking(x: _Ctx) -> Verdict:
@@ -476,25 +665,21 @@ def _judge_ranking(x: _Ctx) -> Verdict:
 
     t = x.t
     higher = {m.name: m.higher_is_better for m in get_pillar(t["pillar"]).metrics}
-    op = ">" if higher[t["metric"]] else "<"
-    cells = [x.cell(f) for f in t["order"]]
+    op, margin = (">" if higher[t["metric"]] else "<"), t.get("margin", 0.0)
+    cells = [x.try_cell(f) for f in t["order"]]
+
+    def test(a: CellStat, b: CellStat):
+        return _order(x, a, b, op, margin)
+
     pairs = []
-    for a, b in zip(cells, cells[1:], strict=False):
-        v, d, lo, hi = _order(a, b, op, t.get("margin", 0.0), x.level, x.stat)
-        pairs.append(
-            {"better": a.label, "worse": b.label, "verdict": v, "diff": d, "low": lo, "high": hi}
-        )
-    reason = "; ".join(
-        f"{p['better']} vs {p['worse']}: {p['verdict']} (diff {_fmt(p['diff'])}, "
-        f"[{_fmt(p['low'])}, {_fmt(p['high'])}])"
-        for p in pairs
-    )
-    return Verdict(x.claim, _combine([p["verdict"] for p in pairs]), reason, cells=x.cells,
-                   pairs=pairs)  # fmt: skip
+    for a, b in combinations(cells, 2):  # every pair, best first: not only neighbours
+        pairs.append({"better": _name(a), "worse": _name(b), **_pair(a, b, test)})
+    return _pairs_verdict(x, cells, pairs, lambda p: f"{p['better']} vs {p['worse']}")
 
 
-def _along(x: _Ctx) -> tuple[list[float], list[CellStat]]:
-    """The values of ``along`` present for the cells of ``a``, ascending, and their cells."""
+def _along(x: _Ctx, tolerant: bool = False) -> tuple[list[float], list[CellStat]]:
+    """The values of ``along`` present for the cells of ``a``, ascending, and their cells
+    (``tolerant``: a cell that cannot be used comes back with its problem)."""
     t, along = x.t, x.t["along"]
     if x.runs is None:
         raise Inconclusive("no runs table of this pillar in the results")
@@ -508,31 +693,29 @@ def _along(x: _Ctx) -> tuple[list[float], list[CellStat]]:
             f"{_describe({**t['where'], **t['a']})}: {len(xs)} value(s) of {along}; a trend "
             "needs at least 2"
         )
-    return xs, [x.cell({**t["a"], along: v}) for v in xs]
+    read = x.try_cell if tolerant else x.cell
+    return xs, [read({**t["a"], along: v}) for v in xs]
 
 
 def _judge_trend(x: _Ctx) -> Verdict:
     t = x.t
-    xs, cells = _along(x)
+    xs, cells = _along(x, tolerant=True)
+
+    def test(c0: CellStat, c1: CellStat):
+        """The later value ``c1`` against the earlier ``c0``."""
+        if t["direction"] == "constant":
+            return _equal(x, c1, c0, t["tol"])
+        op = ">" if t["direction"] == "increasing" else "<"
+        return _order(x, c1, c0, op, t.get("margin", 0.0))
+
     pairs = []
-    for i in range(len(xs) - 1):
-        c0, c1 = cells[i], cells[i + 1]
-        if t["direction"] == "constant":  # every value against the first: no creeping drift
-            c0 = cells[0]
-            v, d, lo, hi = _equal(c1, c0, t["tol"], x.level, x.stat)
-        else:
-            op = ">" if t["direction"] == "increasing" else "<"
-            v, d, lo, hi = _order(c1, c0, op, t.get("margin", 0.0), x.level, x.stat)
-        start = xs[0] if t["direction"] == "constant" else xs[i]
-        pairs.append({"from": start, "to": xs[i + 1], "verdict": v, "diff": d, "low": lo,
-                      "high": hi})  # fmt: skip
-    reason = "; ".join(
-        f"{t['along']} {_fmt(p['from'])} → {_fmt(p['to'])}: {p['verdict']} "
-        f"(change {_fmt(p['diff'])}, [{_fmt(p['low'])}, {_fmt(p['high'])}])"
-        for p in pairs
+    # every pair, not only neighbours: small steps inside the noise can add up to a clear
+    # change (or drift, for constant), which only the pair of the ends shows
+    for i, j in combinations(range(len(xs)), 2):
+        pairs.append({"from": xs[i], "to": xs[j], **_pair(cells[i], cells[j], test)})
+    return _pairs_verdict(
+        x, cells, pairs, lambda p: f"{t['along']} {_fmt(p['from'])} → {_fmt(p['to'])}", "change"
     )
-    return Verdict(x.claim, _combine([p["verdict"] for p in pairs]), reason, cells=x.cells,
-                   pairs=pairs)  # fmt: skip
 
 
 def _judge_exponent(x: _Ctx) -> Verdict:
@@ -543,8 +726,10 @@ def _judge_exponent(x: _Ctx) -> Verdict:
     if min(px) <= 0 or min(py) <= 0:
         raise Inconclusive(f"{t['along']} and {t['metric']} must be > 0 for a log-log fit")
     est, lo, hi = stats.slope_interval(px, py, x.level, x.exact)
-    v, against = _bound(t, lo, hi, x.exact)
     what = f"slope of log {t['metric']} on log {t['along']} ({len(py)} points)"
+    if lo == hi and not (x.exact or x.deterministic):
+        raise x.no_evidence(f"{what}: the points lie exactly on a line")
+    v, against = _bound(t, lo, hi, x.exact)
     reason = x.interval(what, est, lo, hi, against)
     return Verdict(x.claim, v, reason, est, lo, hi, x.cells)
 

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from sparsebench.suite.atomic import write_atomic
+from sparsebench.suite.boards import html_page, md_code, md_escape
 
-from .judge import VERDICTS, Verdict
+from .judge import VERDICTS, Verdict, load_tables
+from .registration import NOT_PRE_REGISTERED, Registration, check
 
 _DIGITS = ("Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine")
 _ICON = {"holds": "✅ holds", "fails": "❌ fails", "inconclusive": "❔ inconclusive"}
@@ -72,7 +74,10 @@ def badge(verdicts: list[Verdict]) -> str:
     )
 
 
-def to_json(verdicts: list[Verdict]) -> dict[str, Any]:
+def to_json(verdicts: list[Verdict], registration: Registration | None = None) -> dict[str, Any]:
+    """Every number of every verdict; with ``registration``, each claim file's commit and,
+    per claim, the earliest start of the rows it read and whether it was pre-registered."""
+
     def finite(x):
         return None if x is None or not math.isfinite(x) else x
 
@@ -112,10 +117,19 @@ def to_json(verdicts: list[Verdict]) -> dict[str, Any]:
                 ],  # fmt: skip
             }
         )
-    return {"badge": badge(verdicts), "claims": rows}
+        if registration is not None:
+            rows[-1]["registration"] = registration.claim_json(c.id, c.file)
+    out: dict[str, Any] = {"badge": badge(verdicts), "claims": rows}
+    if registration is not None:
+        out["registration"] = {f: r.to_json() for f, r in registration.files.items()}
+    return out
 
 
-def to_markdown(verdicts: list[Verdict], bench: str) -> str:
+def to_markdown(
+    verdicts: list[Verdict], bench: str, registration: Registration | None = None
+) -> str:
+    """The claims page; with ``registration``, each paper's claim file with the commit that
+    registered it, and verdicts over rows older than the file flagged."""
     lines = [f"# Claims: {bench}", "", f"**{badge(verdicts)}**", ""]
     lines += [
         "Each claim is a paper's statement judged on this benchmark's records at our scale "
@@ -125,13 +139,24 @@ def to_markdown(verdicts: list[Verdict], bench: str) -> str:
         "interval contains the claim's boundary (inside seed noise). Fractions in percent.",
         "",
     ]
+
+    def late(claim_id: str) -> str:
+        pre = registration.pre_registered.get(claim_id) if registration else None
+        return f" ({NOT_PRE_REGISTERED})" if pre is False else ""
+
     papers: dict[str, list[Verdict]] = {}
     for v in verdicts:
         papers.setdefault(v.claim.paper["key"], []).append(v)
     for group in papers.values():
         p = group[0].claim.paper
         venue = f", {p['venue']}" if p.get("venue") else ""
-        lines += [f"## {p['authors']} ({p['year']}{venue}): {p['title']}", ""]
+        heading = f"{p['authors']} ({p['year']}{venue}): {p['title']}"
+        lines += [f"## {md_escape(heading)}", ""]
+        if registration is not None:
+            for file in dict.fromkeys(v.claim.file for v in group):
+                # the text holds a hex sha and an ISO date only (checked when read from git)
+                text = registration.files[file].text()
+                lines += [f"Claim file {md_code(file)}: {text}.", ""]
         lines += [
             "| claim | statement | the paper | we measured | verdict |",
             "|---|---|---|---|---|",
@@ -150,15 +175,17 @@ def to_markdown(verdicts: list[Verdict], bench: str) -> str:
                 if s.n
             )
             measured = f"{cells}. {v.reason}" if cells else v.reason
-            cell = lambda s: s.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+            # a claim file is anyone's data: its text (and the labels and filters the reason
+            # quotes) is shown as written, never as markup
             lines.append(
-                f"| `{c.id}` | {cell(c.statement)} | {cell(said)} | {cell(measured)} | "
-                f"{_ICON[v.verdict]} |"
+                f"| {md_code(c.id)} | {md_escape(c.statement)} | {md_escape(said)} | "
+                f"{md_escape(measured)} | {_ICON[v.verdict]}{late(c.id)} |"
             )
         lines.append("")
         for v in group:
             ours = f" Our setting: {v.claim.ours}" if v.claim.ours else ""
-            lines.append(f"* `{v.claim.id}`: why this tests the direction: {v.claim.why}{ours}")
+            why = md_escape(f"{v.claim.why}{ours}")
+            lines.append(f"* {md_code(v.claim.id)}: why this tests the direction: {why}")
         lines.append("")
     return "\n".join(lines)
 
@@ -189,8 +216,9 @@ def to_tex(verdicts: list[Verdict]) -> str:
 
 
 def write(verdicts: list[Verdict], bench_dir: str | Path) -> dict[str, Path]:
-    """Write ``claims.{md,json,tex,html}`` into ``bench_dir`` (atomically); return their
-    paths."""
+    """Write ``claims.{md,json,tex,html}`` into ``bench_dir`` (atomically), with each claim
+    file's registration (:mod:`.registration`) checked against the runs tables there; return
+    their paths."""
     bench_dir = Path(bench_dir)
     files = {
         "md": bench_dir / "claims.md",
@@ -198,11 +226,13 @@ def write(verdicts: list[Verdict], bench_dir: str | Path) -> dict[str, Path]:
         "tex": bench_dir / "claims.tex",
         "html": bench_dir / "claims.html",
     }
-    from sparsebench.suite.boards import html_page
-
-    md = to_markdown(verdicts, bench_dir.name)
+    # the tables the verdicts were judged on, for when their rows ran
+    tables = load_tables(bench_dir, {v.claim.test["pillar"] for v in verdicts})
+    registration = check(verdicts, tables)
+    md = to_markdown(verdicts, bench_dir.name, registration)
     write_atomic(files["md"], md)
     write_atomic(files["html"], html_page(md, f"{bench_dir.name}: claims"))
-    write_atomic(files["json"], json.dumps(to_json(verdicts), indent=1, default=str) + "\n")
+    data = to_json(verdicts, registration)
+    write_atomic(files["json"], json.dumps(data, indent=1, default=str) + "\n")
     write_atomic(files["tex"], to_tex(verdicts))
     return files

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from sparsebench.suite.schema_errors import first_error, format_error, keypath
 
@@ -82,7 +81,11 @@ def _schema() -> dict[str, Any]:
 
 
 def _where(err: jsonschema.ValidationError, data: Any) -> str:
-    path = list(err.absolute_path)
+    return _where_path(list(err.absolute_path), data)
+
+
+def _where_path(path: list[Any], data: Any) -> str:
+    """``claim 'id': test.margin`` for a key path under ``claims``, else the key path."""
     if len(path) >= 2 and path[0] == "claims" and isinstance(path[1], int):
         try:
             cid = data["claims"][path[1]].get("id", f"#{path[1] + 1}")
@@ -100,16 +103,15 @@ _ID_PATTERN = (
 
 
 def read(path: str | Path) -> dict[str, Any]:
-    """The parsed YAML of a claim file; ClaimError if missing, empty or not a mapping."""
-    from sparsebench.suite.spec import SpecLoader
+    """The parsed YAML of a claim file; ClaimError if missing, empty or not a mapping, or
+    past the bounds every spec and claim file has (size, UTF-8, aliases, nesting:
+    :func:`sparsebench.suite.spec.read_yaml`)."""
+    from sparsebench.suite.spec import read_yaml
 
     path = Path(path)
     if not path.is_file():
         raise ClaimError(f"{path}: claim file not found")
-    try:
-        data = yaml.load(path.read_text(), Loader=SpecLoader)  # noqa: S506 - a SafeLoader
-    except yaml.YAMLError as e:
-        raise ClaimError(f"{path}: not valid YAML: {e}") from None
+    data = read_yaml(path, "claim file", ClaimError)
     if data is None:
         raise ClaimError(f"{path}: the claim file is empty; see docs/claims.md for the format")
     if not isinstance(data, dict):
@@ -180,6 +182,14 @@ def _check_test(t: dict[str, Any], where: str) -> None:
             f"{where}: unknown metric {t['metric']!r} of pillar {pillar.name!r}; its metrics: "
             f"{', '.join(metrics)}"
         )
+    if t.get("stat") == "exact" and not metrics[t["metric"]].deterministic:
+        # an exact test reads one value as the truth: it can never be inside the noise
+        det = [m.name for m in pillar.metrics if m.deterministic]
+        raise ClaimError(
+            f"{where}: stat: exact is for deterministic metrics (the same on every seed and "
+            f"rerun), and {t['metric']!r} of pillar {pillar.name!r} is not; its deterministic "
+            f"metrics: {', '.join(det) or 'none'}. Use welch or paired over seeds"
+        )
     columns = {**COMMON_COLUMNS, **pillar.columns}
     selectors = [t["where"], *(t[k] for k in ("a", "b") if k in t), *t.get("order", [])]
     used = [c for s in selectors for c in s] + ([t["along"]] if "along" in t else [])
@@ -203,9 +213,13 @@ def _check_at(t: dict[str, Any], columns: dict[str, type], used: list[str], wher
     """``at: {column: x or [x, ...]}``: one numeric column of the pillar (not the metric, not
     a filter), each x > 0 (the interpolation is in log x), no x twice; normalised in place to
     ``{column: [float, ...]}``."""
+    from sparsebench.suite.pillar import get_pillar
+
     [(col, raw)] = t["at"].items()  # the schema allows exactly one column
-    numeric = sorted(c for c, typ in columns.items() if typ in (int, float) and c != "seed")
-    if col not in numeric:  # seed: the sweep is read per seed, not across seeds
+    # the replicate column (seed, or trial): the sweep is read per replicate, not across them
+    replicates = {"seed", get_pillar(t["pillar"]).replicate}
+    numeric = sorted(c for c, typ in columns.items() if typ in (int, float) and c not in replicates)
+    if col not in numeric:
         what = "an unknown column" if col not in columns else "not a numeric column"
         raise ClaimError(
             f"{where}: at: {col!r} is {what} of pillar {t['pillar']!r}; the metric is read at "
@@ -263,6 +277,15 @@ def _check_names(pillar: Any, selectors: list[dict[str, Any]], where: str) -> No
 
 def parse(data: dict[str, Any], source: str) -> list[Claim]:
     """Validate parsed claim-file ``data`` (from ``source``) into claims; ClaimError if not."""
+    from sparsebench.suite.spec import first_non_finite
+
+    if (found := first_non_finite(data)) is not None:
+        path, value = found
+        raise ClaimError(
+            f"{source}: {_where_path(list(path), data)}: {value!r} is not a finite number; "
+            "a threshold, margin, tol, bound or level that is not finite makes the test hold "
+            "or fail whatever was measured"
+        )
     schema = _schema()
     if (err := first_error(schema, data)) is not None:
         where = _where(err, data)

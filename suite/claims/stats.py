@@ -15,8 +15,11 @@
 * :func:`slope_interval`: the least-squares slope of log y on log x ± t·se with n − 2
   degrees of freedom (a fitted scaling exponent).
 
-With ``exact=True`` (``stat: exact`` in a claim, for deterministic metrics such as FLOPs or
-color counts) every interval collapses to its point estimate.
+With ``exact=True`` (``stat: exact`` in a claim, for metrics the pillar declares deterministic,
+such as color counts) every interval collapses to its point estimate. Values with no spread
+(:func:`no_spread`: equal up to rounding) give a point interval too; whether a point is
+evidence is the judge's call, for a deterministic metric only (a tie of accuracies on a
+1,000-image test set is chance, not a measured zero variance).
 """
 
 from __future__ import annotations
@@ -26,6 +29,27 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats
+
+# Values closer than this, relative to their magnitude, are a tie: sums and differences of the
+# same numbers round differently (three copies of 0.901 have a variance of 1.8e-32, not 0).
+TIE_RTOL = 1e-12
+
+
+def no_spread(values: Sequence[float], scale: float | None = None) -> bool:
+    """Whether ``values`` (at least 2) are all equal up to rounding at ``scale`` (default:
+    their largest magnitude; for differences, pass the magnitude of what was subtracted)."""
+    v = np.asarray(values, float)
+    if v.size < 2:
+        return False
+    ref = float(np.abs(v).max()) if scale is None else scale
+    return float(v.max() - v.min()) <= TIE_RTOL * ref
+
+
+def _var_of_mean(a: np.ndarray) -> float:
+    """s²/n of the per-seed values (0 for a tie, inf for one value)."""
+    if a.size < 2:
+        return math.inf
+    return 0.0 if no_spread(a) else float(a.var(ddof=1)) / a.size
 
 
 def _t(level: float, df: float) -> float:
@@ -41,8 +65,7 @@ def welch_diff(
     d = float(a.mean() - b.mean())
     if exact:
         return d, d, d
-    va = a.var(ddof=1) / a.size if a.size > 1 else math.inf
-    vb = b.var(ddof=1) / b.size if b.size > 1 else math.inf
+    va, vb = _var_of_mean(a), _var_of_mean(b)
     se2 = va + vb
     if se2 == 0:
         return d, d, d
@@ -56,15 +79,23 @@ def welch_diff(
 def paired_diff(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float]:
     """(estimate, low, high) of the mean of a_s − b_s, ``a`` and ``b`` aligned by seed (n ≥ 2
     pairs; with one pair the interval is unbounded, and so it is when every pair differs by
-    exactly the same amount: a spread of zero over a few seeds, e.g. two cells that tie on a
-    1,000-image test set, is no evidence that the spread is small)."""
+    the same amount up to rounding: a spread of zero over a few seeds, e.g. two cells that tie
+    on a 1,000-image test set, is no evidence that the spread is small)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     if a.shape != b.shape:
         raise ValueError(f"paired values need equal lengths, got {a.size} and {b.size}")
     d = a - b
-    if d.size > 1 and np.all(d == d[0]):
-        return float(d[0]), -math.inf, math.inf
+    if paired_ties(a, b):
+        return float(d.mean()), -math.inf, math.inf
     return mean_interval(d, level)
+
+
+def paired_ties(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether the per-seed differences a_s − b_s (at least 2) are all equal up to rounding
+    (at the magnitude of the values subtracted, not of the differences)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    scale = float(max(np.abs(a).max(initial=0.0), np.abs(b).max(initial=0.0)))
+    return no_spread(a - b, scale)
 
 
 def mean_interval(
@@ -77,7 +108,7 @@ def mean_interval(
         return m, m, m
     if a.size < 2:
         return m, -math.inf, math.inf
-    se = a.std(ddof=1) / math.sqrt(a.size)
+    se = math.sqrt(_var_of_mean(a))
     h = _t(level, a.size - 1) * se
     return m, m - h, m + h
 
@@ -94,8 +125,7 @@ def ratio_interval(
         return r, r, r
     if a.size < 2 or b.size < 2 or ma <= 0 or mb <= 0:
         return r, -math.inf, math.inf
-    va = a.var(ddof=1) / (a.size * ma**2)
-    vb = b.var(ddof=1) / (b.size * mb**2)
+    va, vb = _var_of_mean(a) / ma**2, _var_of_mean(b) / mb**2
     se2 = va + vb
     if se2 == 0:
         return r, r, r
@@ -108,11 +138,14 @@ def slope_interval(
     x: Sequence[float], y: Sequence[float], level: float, exact: bool = False
 ) -> tuple[float, float, float]:
     """(slope, low, high) of log y = slope · log x + c, least squares over every (x, y) point
-    (one per seed and x). Needs x > 0, y > 0 and at least 3 points at 2 distinct x."""
+    (one per seed and x). Needs x > 0, y > 0 and at least 3 points at 2 distinct x; points
+    on a line up to rounding give a point interval."""
     lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
     fit = stats.linregress(lx, ly)
     k = float(fit.slope)
     if exact or lx.size < 3:
         return (k, k, k) if exact else (k, -math.inf, math.inf)
+    if no_spread(ly - (k * lx + float(fit.intercept)), float(np.abs(ly).max())):
+        return k, k, k
     h = _t(level, lx.size - 2) * float(fit.stderr)
     return k, k - h, k + h

@@ -63,6 +63,8 @@ def test_pillar_declarations(name):
     assert p.spec_keys and p.families
     declared = {**COMMON_COLUMNS, **p.columns}
     assert set(p.row_key) <= set(declared)
+    # the column the claims engine counts replicates in (seed, or trial)
+    assert p.replicate in declared and p.replicate not in {m.name for m in p.metrics}
     for m in p.metrics:
         assert m.name in declared, f"metric {m.name} is not a column of {name}"
     assert issubclass(p.table, CommonSchema)

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from sparsebench.suite.boards import write_board_files
+from sparsebench.suite.boards import md_code, md_escape, write_board_files
 from sparsebench.suite.schemas import TableError
 
 GROUP_KEYS: tuple[str, ...] = ("task", "target_sparsity", "method", "setting_id")
@@ -159,10 +159,6 @@ def _num(x: float | None, fmt: str = ".2f") -> str:
     return "–" if x is None else format(x, fmt)
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 _MD_HEADER = (
     "| rank | method | setting | test acc % | val acc % | actual sparsity % | alloc | init "
     "| mask updates | trained density % | effective density % | reach | train FLOPs "
@@ -175,13 +171,13 @@ _MD_RULE = "|" + "---|" * _MD_HEADER.count(" | ") + "---|"
 def _md_row(row: dict[str, Any]) -> str:
     cells = [
         _num(row["rank"], "d"),
-        f"`{_md_escape(row['method'])}`",
-        _md_escape(row["setting"]),
+        md_code(row["method"]),
+        md_escape(row["setting"]),
         _acc_cell(row),
         _pct(row["val_acc_mean"]),
         _pct(row["actual_sparsity_mean"]),
         _allocation(row),
-        row["init"] or "–",
+        md_escape(row["init"] or "–"),
         _num(row["mask_updates_mean"], ".3g"),
         _pct(row["trained_density_mean"]),
         _pct(row["effective_density_mean"]),
@@ -274,11 +270,12 @@ def leaderboard_markdown(runs: pl.DataFrame, board: pl.DataFrame | None = None) 
     if bad.height:
         out += [f"## Failed runs ({bad.height})", ""]
         for r in bad.sort(["task", "target_sparsity", "method", "setting_id", "seed"]).to_dicts():
-            error = _md_escape(str(r.get("error") or "")).strip()
-            error = error if len(error) <= 300 else error[:297] + "..."
+            error = str(r.get("error") or "").strip()
+            error = md_escape(error if len(error) <= 300 else error[:297] + "...")
             out.append(
-                f"- `{r['task']}` `{r['method']}` ({r['setting']}) "
-                f"sparsity {r['target_sparsity']:g} seed {r['seed']}: **{r['status']}**: {error}"
+                f"- {md_code(r['task'])} {md_code(r['method'])} ({md_escape(r['setting'])}) "
+                f"sparsity {r['target_sparsity']:g} seed {r['seed']}: "
+                f"**{md_escape(r['status'])}**: {error}"
             )
         out.append("")
     return "\n".join(out)

@@ -5,6 +5,8 @@ The leaderboard has one row per (system, n_atoms, potential, method) and, per (s
 potential) and exact sparse method (registered ``exact`` and sparse), the fitted exponent p of
 wall_s ∝ n_atoms^p (least squares on log-log over sizes with n_atoms >= 300, where fixed
 overheads no longer dominate). The board names no method: it reads them from the registry.
+With several trials (the section's ``trials``: independent jobs of the same cell) every table
+and the plot use one row per configuration, the median over its trials (:func:`over_trials`).
 """
 
 from __future__ import annotations
@@ -14,13 +16,26 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from sparsebench.suite import registry
-from sparsebench.suite.boards import fmt, write_board_files
+from sparsebench.suite import boards, registry
+from sparsebench.suite.boards import fmt, md_escape, write_board_files
 
 SCALING_MIN_ATOMS = 300  # above the sizes where fixed per-job overheads dominate
 FAMILY = ("hessian",)
 # matplotlib formats of the scaling plot, one per registered method in the registry's order
 STYLES = ("o-", "s--", "^:", "D-.", "v-", "x--", "P:")
+# What makes two rows the same configuration (its trials differ in nothing else), and the
+# columns that vary from trial to trial: medians over the trials on the board.
+CONFIGURATION = ["system", "size", "n_atoms", "potential", "potential_params_json", "method",
+                 "order", "threads"]  # fmt: skip
+TIMINGS = ["t_pattern_s", "t_coloring_s", "t_hvp_s", "t_decompress_s", "wall_s", "dense_wall_s",
+           "speedup_vs_dense", "peak_mem_mb"]  # fmt: skip
+
+
+def over_trials(runs: pl.DataFrame) -> pl.DataFrame:
+    """The ok rows, one per configuration: the median over its trials of each time, speed-up
+    and peak memory, the largest error, and ``trials``
+    (:func:`sparsebench.suite.boards.over_trials`)."""
+    return boards.over_trials(runs, CONFIGURATION, TIMINGS, largest=("max_abs_err", "rel_err"))
 
 
 def exact_sparse_methods() -> list[str]:
@@ -32,16 +47,15 @@ def exact_sparse_methods() -> list[str]:
 def scaling_exponents(runs: pl.DataFrame, methods: list[str] | None = None) -> pl.DataFrame:
     """Least-squares slope of log(wall_s) against log(n_atoms) per (system, potential, method)
     for ``methods`` (default: :func:`exact_sparse_methods`), over sizes with n_atoms >=
-    SCALING_MIN_ATOMS (null with fewer than 2 sizes).
+    SCALING_MIN_ATOMS (null with fewer than 2 sizes), on the medians over trials (one point
+    per size).
 
     ``exponent_per_hvp`` fits wall_s / n_hvps instead: the cost of one compressed HVP and its
     share of pattern, coloring and recovery, which separates the growth of the work per HVP
     (linear in N for a local potential) from a growing number of colors."""
     methods = exact_sparse_methods() if methods is None else methods
-    ok = runs.filter(
-        (pl.col("status") == "ok")
-        & pl.col("method").is_in(methods)
-        & (pl.col("n_atoms") >= SCALING_MIN_ATOMS)
+    ok = over_trials(runs).filter(
+        pl.col("method").is_in(methods) & (pl.col("n_atoms") >= SCALING_MIN_ATOMS)
     )
     rows = []
     groups = ok.group_by("system", "potential", "method", maintain_order=True)
@@ -76,7 +90,8 @@ def scaling_exponents(runs: pl.DataFrame, methods: list[str] | None = None) -> p
 
 
 def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
-    """One row per ok (system, n_atoms, potential, method), sorted."""
+    """One row per ok (system, n_atoms, potential, method): the median over its trials,
+    sorted."""
     cols = [
         "system",
         "n_atoms",
@@ -99,12 +114,9 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
         "rel_err",
         "err_reference",
         "peak_mem_mb",
+        "trials",
     ]
-    return (
-        runs.filter(pl.col("status") == "ok")
-        .select(cols)
-        .sort("system", "potential", "method", "n_atoms")
-    )
+    return over_trials(runs).select(cols).sort("system", "potential", "method", "n_atoms")
 
 
 def summary(runs: pl.DataFrame, top: int = 3) -> str:
@@ -112,7 +124,7 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
     colors, worst error, speed-up at the largest size with a dense reference, and scaling
     exponent (every pair: ``top`` does not apply)."""
     methods = exact_sparse_methods()
-    ok = runs.filter(pl.col("status") == "ok")
+    ok = over_trials(runs)
     expo = {
         (r["system"], r["potential"], r["method"]): (r["exponent"], r["exponent_per_hvp"])
         for r in scaling_exponents(runs, methods).iter_rows(named=True)
@@ -156,7 +168,10 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
         f"# Hessian leaderboard: {runs['benchmark'][0]}",
         "",
         f"Methods: {legend}. Seconds on the job's threads; `rel_err` is the Frobenius error vs "
-        "dense (or the max relative error on random-probe HVPs when dense was not computed).",
+        "dense (or the max relative error on random-probe HVPs when dense was not computed). "
+        "One row per configuration: with several trials (independent jobs of the same cell, "
+        "column `trials`), its times, speed-up and memory are the medians over the trials "
+        "and its errors the largest.",
         "",
     ]
     header = list(board.columns)
@@ -185,7 +200,7 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     if failed.height:
         lines += ["", "## Failed jobs", ""]
         lines += [
-            f"- {r['system']} n={r['size']} {r['potential']} {r['method']}: {r['error']}"
+            f"- {r['system']} n={r['size']} {r['potential']} {r['method']}: {md_escape(r['error'])}"
             for r in failed.iter_rows(named=True)
         ]
     threads = sorted(set(runs["threads"].drop_nulls().to_list()))
@@ -204,7 +219,7 @@ def scaling_plot(runs: pl.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = runs.filter(pl.col("status") == "ok")
+    ok = over_trials(runs)  # one point per configuration
     styles = {m: STYLES[i % len(STYLES)] for i, m in enumerate(registry.all_methods(FAMILY))}
     panels = ok.select("system", "potential").unique(maintain_order=True).rows()
     fig, axes = plt.subplots(

@@ -16,6 +16,7 @@ HESSIAN_COLUMNS: dict[str, type] = {
     "K": int,  # the potential's Hessian reach in hops of the cutoff graph
     "pattern_hops": int,  # hops of the pattern the method used (K for one without a pattern)
     "order": str,
+    "trial": int,  # which of the section's trials (independent jobs of the same cell): 0, 1, ...
     "chunk": int,  # HVPs per vmapped call used (auto: about 12,000 / n_atoms)
     "n_colors": int,  # coordinate colors (3 x atom colors); 3N for dense
     "max_row_atoms": int,  # atoms in the densest block row of the pattern; N for dense
@@ -39,7 +40,7 @@ HESSIAN_COLUMNS: dict[str, type] = {
 
 
 class HessianRunsSchema(CommonSchema):
-    """Runs table of the hessian pillar: one row per (system, size, potential, method)."""
+    """Runs table of the hessian pillar: one row per (system, size, potential, method, trial)."""
 
     pillar: str = pa.Field(isin=["hessian"])
     system: str
@@ -47,6 +48,8 @@ class HessianRunsSchema(CommonSchema):
     n_atoms: int = pa.Field(ge=1, nullable=True)
     potential: str
     method: str
+    # null only in a table cached before trials existed (its rows are trial 0)
+    trial: int = pa.Field(ge=0, nullable=True)
     status: str = pa.Field(isin=["ok", "failed"])
     n_colors: int = pa.Field(ge=1, nullable=True)
     max_row_atoms: int = pa.Field(ge=1, nullable=True)

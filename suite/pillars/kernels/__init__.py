@@ -8,6 +8,12 @@ of the runs table (:meth:`KernelsPillar.table_rows`). Its status is ``failed`` w
 failed (``skipped`` rows, a backend that cannot run here, are not failures). Backends are
 registered in the ``kernels`` method family (:mod:`sparsebench.kernels.backends`).
 
+Timings vary by tens of percent from run to run, so the section's ``trials`` measures each
+cell in that many independent jobs: the same configuration (seed, weights, inputs, masks), one
+cell and record per trial with a ``trial`` column, the pillar's replicate (claims average over
+trials as over seeds). Trial 0 keeps the id of a section measured once; trial t > 0 adds
+``/trial<t>``, and its cells run in a process of their own (batch key ``kernels/trial<t>``).
+
 When the section times the ``cpu`` backend, compiling its C++ extension (about a minute, one
 core) is an artefact of its own (:meth:`KernelsPillar.artefacts`), so that Snakemake builds it
 on one core next to other jobs instead of inside the timing job, which holds every core of the
@@ -24,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from sparsebench.suite import paths, registry
-from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, Plot, register_pillar
+from sparsebench.suite.pillar import (
+    Artefact,
+    Cell,
+    Metric,
+    Pillar,
+    Plot,
+    register_pillar,
+    with_trial,
+)
 from sparsebench.suite.spec import Spec, SpecError
 
 from .patterns import DEFAULT as DEFAULT_PATTERN
@@ -46,9 +60,13 @@ class KernelsPillar(Pillar):
     method_packages = {"kernels": "sparsebench.kernels.backends"}
     spec_keys = ("kernels",)
     columns = KERNEL_COLUMNS
-    row_key = ("backend", "op")
+    row_key = ("backend", "op", "trial")
+    # a cell is one configuration; its trials (independent jobs) are what claims average over
+    replicate = "trial"
     method_column = "backend"  # a record times every backend; its rows name them
     extra_method_names = ("dense", "dense_mask")  # job.BASELINES
+    # None deterministic: timings vary from run to run, and max_abs_err depends on the order
+    # in which a multithreaded kernel accumulates its products.
     metrics = (
         Metric("ms_median", "ms", False, "median milliseconds of the op over the rounds"),
         Metric("speedup_vs_dense", "×", True, "dense nn.Linear ms ÷ this backend's"),
@@ -140,16 +158,18 @@ class KernelsPillar(Pillar):
     def cells(self, spec: Spec) -> list[Cell]:
         k = spec.data["kernels"]
         inputs = tuple(o for a in self.artefacts(spec) for o in a.outputs)
-        axes = ("shapes", "patterns", "sparsities", "batches")  # a cell's own coordinates
+        # A cell's own coordinates, and trials (more trials add cells and rerun none), are
+        # not its trigger.
+        axes = ("shapes", "patterns", "sparsities", "batches", "trials")
         trigger = {key: v for key, v in k.items() if key not in axes}
         threads = k.get("threads", spec.data["threads"])
-        return [
+        cells = [
             Cell(
                 pillar=self.name,
                 id=f"{int(o)}x{int(i)}{_part(p, '/')}/s{float(s)!r}/b{int(b)}",
                 label=f"{int(o)}x{int(i)}{_part(p, ' ')} sparsity {float(s):g} batch {int(b)}",
                 method="all",
-                seed=k["seed"],
+                seed=k["seed"],  # every trial the same weights, inputs and masks
                 trigger=trigger,
                 threads=threads,
                 batch="kernels",
@@ -171,6 +191,7 @@ class KernelsPillar(Pillar):
             for s in k["sparsities"]
             for b in k["batches"]
         ]
+        return [with_trial(c, t) for c in cells for t in range(int(k["trials"]))]
 
     def run_cell(self, spec: Spec, cell: Cell, state: Any) -> dict[str, Any]:
         from .job import KernelJob, run_kernel_job
@@ -211,6 +232,8 @@ class KernelsPillar(Pillar):
         cell = {k: v for k, v in record.items() if k != "rows"}
         if cell.get("pattern") is None:  # recorded before patterns were an axis: all random
             cell["pattern"] = DEFAULT_PATTERN
+        if cell.get("trial") is None:  # recorded before trials: the one measurement, trial 0
+            cell["trial"] = 0
         rows = record.get("rows") or []
         if not rows:  # the whole cell failed before measuring
             return [{**cell, "backend": "all", "op": "all"}]

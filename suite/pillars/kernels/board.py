@@ -3,6 +3,9 @@ leaderboard (polars) with the verdicts of the claims about this pillar (judged b
 engine, :func:`sparsebench.suite.claims.judge_pillar`), and a speed-up against sparsity plot.
 
 A record holds the rows of one (shape, pattern, sparsity, batch) cell: one per (backend, op).
+With several trials (the section's ``trials``: independent jobs of the same cell) the boards
+show one row per configuration, the median over its trials (:func:`over_trials`); the claims
+are judged on the trials themselves.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
-from sparsebench.suite.boards import md_table, write_board_files
+from sparsebench.suite import boards
+from sparsebench.suite.boards import md_escape, md_table, write_board_files
 
 from .patterns import DEFAULT as DEFAULT_PATTERN
 from .table import OPS
@@ -36,13 +40,30 @@ BOARD_COLUMNS = [
     "gflops_effective",
     "max_abs_err",
     "threads",
+    "trials",
 ]
+
+# What makes two rows the same configuration (its trials differ in nothing else), and the
+# columns that vary from trial to trial: medians over the trials on the board.
+CONFIGURATION = ["out_features", "in_features", "pattern", "batch", "op", "sparsity", "backend",
+                 "dtype", "device", "threads"]  # fmt: skip
+TIMINGS = ["ms_median", "ms_p10", "ms_p90", "dense_ms", "dense_mask_ms", "torch_csr_ms",
+           "speedup_vs_dense", "speedup_vs_dense_mask", "speedup_vs_torch_csr",
+           "gflops_effective"]  # fmt: skip
+
+
+def over_trials(runs: pl.DataFrame) -> pl.DataFrame:
+    """The ok rows, one per configuration: the median over its trials of each timing,
+    speed-up and GFLOP/s, the largest ``max_abs_err``, and ``trials``
+    (:func:`sparsebench.suite.boards.over_trials`)."""
+    return boards.over_trials(runs, CONFIGURATION, TIMINGS, largest=("max_abs_err",))
 
 
 def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
-    """Every ok row, sorted by shape, pattern, batch, op, sparsity, then fastest backend first."""
+    """One row per ok configuration (the median over its trials), sorted by shape, pattern,
+    batch, op, sparsity, then fastest backend first."""
     return (
-        runs.filter(pl.col("status") == "ok")
+        over_trials(runs)
         .select(BOARD_COLUMNS)
         .sort("out_features", "in_features", "pattern", "batch", "op", "sparsity", "ms_median")
     )
@@ -69,26 +90,22 @@ def claim_verdicts(runs: pl.DataFrame) -> pl.DataFrame:
             "statement": v.claim.statement,
             "verdict": v.verdict,
             "estimate": v.estimate,
+            "low": v.low,
+            "high": v.high,
             "test": v.reason,
         }
         for v in judge_pillar("kernels", with_pattern(runs))
     ]
     schema = dict.fromkeys(("claim", "statement", "verdict"), pl.String)
-    schema |= {"estimate": pl.Float64, "test": pl.String}
+    schema |= {"estimate": pl.Float64, "low": pl.Float64, "high": pl.Float64, "test": pl.String}
     return pl.DataFrame(rows, schema=schema)
-
-
-def _text(value: str) -> str:
-    """A claim file's or the engine's text as one Markdown table cell: no HTML tag or entity
-    (``&``, ``<`` escaped; ``>`` cannot open one), no column break, one line."""
-    text = value.replace("&", "&amp;").replace("<", "&lt;")
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def break_even(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFrame:
     """Per (shape, pattern, batch, op, backend): the lowest measured sparsity from which the
-    backend is at least as fast as the reference at every higher sparsity (null: never)."""
-    ok = runs.filter(pl.col("status") == "ok").filter(~pl.col("backend").is_in(["dense"]))
+    backend is at least as fast as the reference at every higher sparsity (null: never), on
+    the medians over trials."""
+    ok = over_trials(runs).filter(~pl.col("backend").is_in(["dense"]))
     rows = []
     keys = ["out_features", "in_features", "pattern", "batch", "op", "backend"]
     for key, g in ok.group_by(keys, maintain_order=True):
@@ -121,9 +138,10 @@ def pattern_comparison(runs: pl.DataFrame) -> pl.DataFrame:
     and ``speedup_vs_random``, the pattern's speed-up vs dense over random's (above 1: the
     pattern runs faster). The two patterns are two cells, i.e. two jobs; each speed-up is
     against the dense layer timed in its own job, so load that differs between the jobs
-    cancels in ``speedup_vs_random`` (not in the raw ms). Empty when only ``random`` ran."""
+    cancels in ``speedup_vs_random`` (not in the raw ms). Empty when only ``random`` ran.
+    Medians over trials."""
     keys = ["out_features", "in_features", "sparsity", "batch", "op", "backend"]
-    ok = runs.filter(pl.col("status") == "ok")
+    ok = over_trials(runs)
     base = ok.filter(pl.col("pattern") == DEFAULT_PATTERN).select(
         *keys,
         random_nnz="nnz",
@@ -143,10 +161,9 @@ def pattern_comparison(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def speedup_pivot(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFrame:
-    """Rows (shape, pattern, batch, op, sparsity), one column per backend holding ``ratio``."""
-    ok = runs.filter(pl.col("status") == "ok").with_columns(
-        shape=pl.format("{}x{}", "out_features", "in_features")
-    )
+    """Rows (shape, pattern, batch, op, sparsity), one column per backend holding ``ratio``
+    (its median over trials)."""
+    ok = over_trials(runs).with_columns(shape=pl.format("{}x{}", "out_features", "in_features"))
     if not ok.height:
         return pl.DataFrame()
     index = ["shape", "pattern", "batch", "op", "sparsity"]
@@ -171,11 +188,14 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
         "unstructured uniform) timed through autograd, every backend interleaved with `dense` "
         f"(nn.Linear) and `dense_mask` in one process; {threads} thread(s), device {devices}. "
         "Milliseconds are medians over the rounds; speed-up > 1 is faster than the reference, "
-        "< 1 slower (a result, not a failure).",
+        "< 1 slower (a result, not a failure). One row per configuration: with several trials "
+        "(independent jobs of the same cell, column `trials`), its ms, speed-ups and GFLOP/s "
+        "are the medians over the trials and max_abs_err the largest; the claims are judged "
+        "on the trials themselves (n = trials).",
         "",
         "## Claims (claims/*.yaml about this pillar, judged by the claims engine)",
         "",
-        *md_table(claims.with_columns(pl.col("statement", "test").map_elements(_text, pl.String))),
+        *md_table(claims),  # a claim file's text, escaped cell by cell
         "",
         "## Break-even sparsity vs dense (lowest sparsity from which a backend stays ≥ 1×)",
         "",
@@ -202,7 +222,8 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     if other.height:
         lines += ["", "## Skipped or failed", ""]
         lines += [
-            f"- {r['backend']} ({r['status']}): {r['error']}" for r in other.iter_rows(named=True)
+            f"- {r['backend']} ({r['status']}): {md_escape(r['error'])}"  # registered names
+            for r in other.iter_rows(named=True)
         ]
     json_data = {
         "rows": board.to_dicts(),
@@ -221,7 +242,7 @@ def speedup_plot(runs: pl.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = runs.filter((pl.col("status") == "ok") & (pl.col("backend") != "dense"))
+    ok = over_trials(runs).filter(pl.col("backend") != "dense")  # one point per configuration
     batches = sorted(set(ok["batch"].to_list())) or [64]
     batch = min(batches, key=lambda b: abs(b - 64))
     ok = ok.filter(pl.col("batch") == batch)

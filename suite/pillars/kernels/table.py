@@ -22,6 +22,7 @@ KERNEL_COLUMNS: dict[str, type] = {
     "pattern": str,  # sparsity pattern of W (patterns.PATTERNS): random | haste
     "nnz": int,  # nonzeros of W actually kept
     "dtype": str,
+    "trial": int,  # which of the section's trials (independent jobs of the same cell): 0, 1, ...
     "ms_median": float,
     "ms_p10": float,
     "ms_p90": float,
@@ -48,6 +49,8 @@ class KernelRunsSchema(CommonSchema):
     in_features: int = pa.Field(ge=1)
     out_features: int = pa.Field(ge=1)
     sparsity: float = pa.Field(ge=0.0, lt=1.0)
+    # null only in a table cached before trials existed (its rows are trial 0)
+    trial: int = pa.Field(ge=0, nullable=True)
     nnz: int = pa.Field(ge=0, nullable=True)
     status: str = pa.Field(isin=list(STATUSES))
     ms_median: float = pa.Field(gt=0.0, nullable=True)

@@ -43,6 +43,8 @@ class MergingPillar(Pillar):
     columns = COLUMNS
     row_key = ("model", "method", "setting_id", "seed")
     extra_method_names = ("zero_shot", "individual", "multitask")  # job.REFERENCES
+    # None deterministic: density counts DARE's random drops and the nonzeros of trained task
+    # vectors, and examples is the count of the setting that validation chose.
     metrics = (
         Metric("norm_acc", "fraction", True, "mean over tasks of merged ÷ expert test accuracy"),
         Metric("avg_acc", "fraction", True, "mean over tasks of the test accuracy"),

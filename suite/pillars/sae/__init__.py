@@ -50,7 +50,10 @@ class SAEPillar(Pillar):
         Metric("pair_recovery", "fraction", True, "synthetic: ± pairs one latent fires ± on"),
         Metric("pair_recovery_any", "fraction", True, "synthetic: ± pairs with a matched latent"),
         Metric("shrinkage", "", True, "relative reconstruction bias γ (1: none)"),
-        Metric("train_flops", "FLOPs", False, "training FLOPs, dense accounting"),
+        # 6·d·m·matmuls per token over the tokens of cfg.steps batches: fixed by the config
+        Metric(
+            "train_flops", "FLOPs", False, "training FLOPs, dense accounting", deterministic=True
+        ),
         Metric("train_s", "s", False, "training wall-clock"),
     )
     plots = (

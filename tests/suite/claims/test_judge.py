@@ -18,6 +18,15 @@ def verdict(c, runs):
     return judge(c, {"classification": runs}, KEYS)
 
 
+def counted(method: str, values: list[float], sparsity: float = 0.9) -> list[dict]:
+    """Rows whose actual_sparsity (the classification pillar's deterministic metric, the one
+    ``stat: exact`` may use) is ``values[seed]``: a stand-in column with chosen numbers."""
+    out = rows(method, [0.9] * len(values), sparsity)
+    for r, v in zip(out, values, strict=True):
+        r["actual_sparsity"] = v
+    return out
+
+
 def test_welch_interval_by_hand():
     # a = 1, 2, 3 (var 1), b = 0, 0, 0: se² = 1/3, df = (1/3)² / ((1/3)²/2) = 2,
     # t(0.975, 2) = 4.3027: d = 2 ± 4.3027 · 0.57735 = 2 ± 2.4841
@@ -83,9 +92,9 @@ def test_equal_is_an_equivalence_test(claim):
 
 
 def test_ratio_and_value(claim):
-    runs = table(rows("rigl", [0.9, 0.9], 0.9), rows("static", [0.8, 0.8], 0.9))
+    runs = table(counted("rigl", [0.9, 0.9]), counted("static", [0.8, 0.8]))
     c = claim({"kind": "ratio", "a": {"method": "rigl"}, "b": {"method": "static"}, "op": ">",
-               "threshold": 1.1}, stat="exact")  # fmt: skip
+               "threshold": 1.1}, metric="actual_sparsity", stat="exact")  # fmt: skip
     v = verdict(c, runs)
     assert v.verdict == "holds" and v.estimate == pytest.approx(1.125)
     assert verdict(claim({**c.test, "threshold": 1.2}), runs).verdict == "fails"
@@ -97,21 +106,25 @@ def test_ratio_and_value(claim):
     assert verdict(low, table(rows("rigl", [0.9, 0.91, 0.89]))).verdict == "holds"
 
 
-def test_ranking_holds_only_if_every_neighbouring_pair_does(claim):
+def test_ranking_holds_only_if_every_pair_does(claim):
     c = claim({"kind": "ranking", "order": [RIGL, SET, {"method": "static"}]})
     good = table(rows("rigl", [0.95, 0.951, 0.952]), rows("set", [0.92, 0.921, 0.922]),
                  rows("static", [0.90, 0.901, 0.902]))  # fmt: skip
     v = verdict(c, good)
-    assert v.verdict == "holds" and [p["verdict"] for p in v.pairs] == ["holds", "holds"]
+    assert v.verdict == "holds" and [p["verdict"] for p in v.pairs] == ["holds"] * 3
+    assert [(p["better"], p["worse"]) for p in v.pairs] == [
+        ("rigl default 90%", "set default 90%"), ("rigl default 90%", "static default 90%"),
+        ("set default 90%", "static default 90%")]  # fmt: skip
     swapped = table(rows("rigl", [0.95, 0.951, 0.952]), rows("set", [0.90, 0.901, 0.902]),
                     rows("static", [0.92, 0.921, 0.922]))  # fmt: skip
     v = verdict(c, swapped)
-    assert v.verdict == "fails" and v.pairs[1]["verdict"] == "fails"
-    # lower-is-better metric: the ranking is by ascending FLOPs
+    assert v.verdict == "fails" and [p["verdict"] for p in v.pairs] == ["holds", "holds", "fails"]
+    # lower-is-better metric: the ranking is by ascending FLOPs (1e8 at 90 %, 2e7 at 98 %,
+    # each with a 1 % spread over its two seeds)
     cheaper_first = [{"target_sparsity": 0.98}, {"target_sparsity": 0.9}]
-    flops = claim({"kind": "ranking", "order": cheaper_first}, metric="train_flops",
-                  stat="exact")  # fmt: skip
-    runs = table(rows("rigl", [0.9], 0.9), rows("rigl", [0.8], 0.98))
+    flops = claim({"kind": "ranking", "order": cheaper_first}, metric="train_flops")
+    runs = table(rows("rigl", [0.9, 0.9], 0.9), rows("rigl", [0.8, 0.8], 0.98))
+    runs = runs.with_columns(pl.col("train_flops") * (1 + 0.01 * pl.col("seed")))
     assert verdict(flops, runs).verdict == "holds"
 
 
@@ -121,26 +134,31 @@ def test_trend_along_a_column(claim):
     c = claim({"kind": "trend", "a": {"method": "static"}, "along": "target_sparsity",
                "direction": "decreasing"})  # fmt: skip
     v = verdict(c, runs)
-    assert v.verdict == "holds" and [p["to"] for p in v.pairs] == [0.95, 0.98]
+    assert v.verdict == "holds"
+    assert [(p["from"], p["to"]) for p in v.pairs] == [(0.9, 0.95), (0.9, 0.98), (0.95, 0.98)]
     up = claim({**c.test, "direction": "increasing"})
     assert verdict(up, runs).verdict == "fails"
-    flat = claim({**c.test, "direction": "constant", "tol": 0.005}, metric="train_flops",
+    flat = claim({"kind": "trend", "a": {"method": "static"}, "along": "target_sparsity",
+                  "direction": "constant", "tol": 0.005}, metric="actual_sparsity",
                  stat="exact")  # fmt: skip
-    assert verdict(flat, runs).verdict == "fails"  # FLOPs fall with sparsity by 5e7 > tol
+    sparse = table(*(counted("static", [x, x], x) for x in (0.9, 0.95, 0.98)))
+    assert verdict(flat, sparse).verdict == "fails"  # 0.9 -> 0.95: a change of 0.05 > tol
     one = table(rows("static", [0.95, 0.951], 0.9))
     assert verdict(c, one).verdict == "inconclusive"
 
 
 def test_a_constant_trend_cannot_creep_and_exact_needs_equal_seeds(claim):
     # steps of 0.8 tol each hold pairwise, but the last value is 1.6 tol from the first
-    runs = table(*(rows("static", [v, v], x) for x, v in ((0.5, 1.0), (0.7, 1.8), (0.9, 2.6))))
+    runs = table(*(counted("static", [v, v], x) for x, v in ((0.5, 1.0), (0.7, 1.8), (0.9, 2.6))))
     c = claim({"kind": "trend", "a": {"method": "static"}, "along": "target_sparsity",
-               "direction": "constant", "tol": 1.0}, stat="exact")  # fmt: skip
+               "direction": "constant", "tol": 1.0}, metric="actual_sparsity",
+              stat="exact")  # fmt: skip
     v = verdict(c, runs)
-    assert v.verdict == "fails" and [p["from"] for p in v.pairs] == [0.5, 0.5]
-    varying = table(rows("static", [1.0, 1.1], 0.5), rows("static", [1.0, 1.0], 0.7))
+    assert v.verdict == "fails" and [p["from"] for p in v.pairs] == [0.5, 0.5, 0.7]
+    assert [p["verdict"] for p in v.pairs] == ["holds", "fails", "holds"]
+    varying = table(counted("static", [1.0, 1.1], 0.5), counted("static", [1.0, 1.0], 0.7))
     v = verdict(c, varying)
-    assert v.verdict == "inconclusive" and "stat: exact, but test_acc differs" in v.reason
+    assert v.verdict == "inconclusive" and "stat: exact, but actual_sparsity differs" in v.reason
 
 
 def test_boolean_filters_nan_values_and_a_broken_claim(claim):
@@ -153,9 +171,17 @@ def test_boolean_filters_nan_values_and_a_broken_claim(claim):
     assert v.verdict == "inconclusive" and "missing or not finite in 1 finished row" in v.reason
 
 
+def power(k: float) -> pl.DataFrame:
+    """test_acc = sparsity^k · e^(±0.01), the two seeds on either side of the power law (a
+    stand-in column with a known exponent k): the least-squares slope is k, and its interval
+    is k ± t(0.975, 4) · sqrt(1.5e-4 / Sxx) with Sxx = 2 · Σ (ln x − mean ln x)² = 0.34782
+    over x = 0.5, 0.7, 0.9: k ± 2.7764 · 0.020767 = k ± 0.0577."""
+    e = math.exp(0.01)
+    return table(*(rows("static", [x**k * e, x**k / e], x) for x in (0.5, 0.7, 0.9)))
+
+
 def test_exponent_of_a_power_law(claim):
-    # test_acc = sparsity² exactly (a stand-in column with a known exponent of 2)
-    runs = table(*(rows("static", [x**2, x**2], x) for x in (0.5, 0.7, 0.9)))
+    runs = power(2)
     c = claim({"kind": "exponent", "a": {"method": "static"}, "along": "target_sparsity",
                "op": "<", "bound": 2.5})  # fmt: skip
     v = verdict(c, runs)
@@ -165,10 +191,11 @@ def test_exponent_of_a_power_law(claim):
     band = {k: v for k, v in c.test.items() if k not in ("op", "bound")} | {"within": [0.7, 1.3]}
     v = verdict(claim(band), runs)
     assert v.verdict == "fails" and "against the band [0.7, 1.3]" in v.reason
-    sub = table(*(rows("static", [x**0.5, x**0.5], x) for x in (0.5, 0.7, 0.9)))
+    assert v.low == pytest.approx(2 - 0.0577, abs=1e-3)
+    sub = power(0.5)
     assert verdict(claim(band), sub).verdict == "fails"
     assert verdict(c, sub).verdict == "holds"  # the one-sided bound lets a sub-linear slope hold
-    lin = table(*(rows("static", [x, x], x) for x in (0.5, 0.7, 0.9)))
+    lin = power(1)
     assert verdict(claim(band), lin).verdict == "holds"
     with pytest.raises(ClaimError, match="'exponent' test takes either op and bound, or within"):
         claim({**band, "op": "<", "bound": 1.3})
@@ -187,12 +214,13 @@ def test_ratio_ranking_and_exponent_are_inconclusive_inside_noise(claim):
     assert v.low < 1.1 < v.high
     clear = table(rows("rigl", [0.90, 0.901, 0.899]), rows("static", [0.70, 0.701, 0.699]))
     assert verdict(c, clear).verdict == "holds"
-    # ranking: one neighbouring pair inside the noise makes the whole ranking inconclusive
+    # ranking: one pair inside the noise makes the whole ranking inconclusive
     r = claim({"kind": "ranking", "order": [RIGL, SET, {"method": "static"}]})
     close = table(rows("rigl", [0.95, 0.951, 0.952]), rows("set", [0.92, 0.90, 0.94]),
                   rows("static", [0.91, 0.93, 0.915]))  # fmt: skip
     v = verdict(r, close)
-    assert v.verdict == "inconclusive" and [p["verdict"] for p in v.pairs][1] == "inconclusive"
+    assert v.verdict == "inconclusive" and v.pairs[2]["worse"] == "static default 90%"
+    assert v.pairs[2]["verdict"] == "inconclusive"  # set vs static: 0.0017 apart
     # exponent: a noisy power law whose slope interval straddles the bound
     pts = [(0.5, [0.2, 0.35]), (0.7, [0.6, 0.35]), (0.9, [0.6, 1.0])]
     e = claim({"kind": "exponent", "a": {"method": "static"}, "along": "target_sparsity",
@@ -213,29 +241,34 @@ def test_judge_pillar_judges_only_the_claims_about_that_pillar(claim_file):
     from sparsebench.suite.claims import judge_pillar
 
     kernel = {"kind": "value", "pillar": "kernels", "metric": "speedup_vs_dense",
-              "a": {"backend": "cpu"}, "op": ">", "bound": 5.0, "stat": "exact"}  # fmt: skip
+              "a": {"backend": "cpu"}, "op": ">", "bound": 5.0}  # fmt: skip
     mixed = claim_file(
         [one("k-1", **kernel), one("c-1", kind="order", a=RIGL, b=SET, op=">")], name="m.yaml"
     )
     # a file about classification only is not parsed: its unknown metric raises nothing here
     broken = claim_file([one("c-2", kind="value", a=RIGL, op=">", bound=1.0, metric="nope")],
                         name="c.yaml")  # fmt: skip
+    # three repeats of the cell (a timing is not deterministic: one would be inconclusive)
     runs = pl.DataFrame(
         [
             {
-                "cell_id": "8x8/s0.9/b1",
+                "cell_id": f"8x8/s0.9/b1/seed{s}",
+                "seed": s,
                 "backend": b,
                 "op": "forward",
                 "status": "ok",
-                "speedup_vs_dense": x,
+                "speedup_vs_dense": x + 0.1 * (s - 1),
             }
             for b, x in (("cpu", 6.5), ("torch_csr", 2.0))
+            for s in range(3)
         ]
     )
+    # 6.5 ± t(0.975, 2) · 0.1 / sqrt(3) = 6.5 ± 0.248: above 5
     [v] = judge_pillar("kernels", runs, [mixed, broken])
-    assert v.claim.id == "k-1" and v.verdict == "holds" and v.estimate == 6.5  # 6.5 > 5
-    [v] = judge_pillar("kernels", runs.with_columns(speedup_vs_dense=pl.lit(4.0)), [mixed])
-    assert v.verdict == "fails"
+    assert v.claim.id == "k-1" and v.verdict == "holds" and v.estimate == pytest.approx(6.5)
+    slower = runs.with_columns(speedup_vs_dense=pl.col("speedup_vs_dense") - 2.5)
+    [v] = judge_pillar("kernels", slower, [mixed])
+    assert v.verdict == "fails"  # 4 ± 0.248
     assert judge_pillar("kernels", None, [mixed])[0].verdict == "inconclusive"  # no table
     with pytest.raises(ClaimError, match="unknown metric 'nope'"):
         judge_pillar("classification", runs, [broken])

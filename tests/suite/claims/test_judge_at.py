@@ -201,11 +201,13 @@ def test_a_margin_and_another_metric_at_matched_l0(claim):
     assert v.estimate == pytest.approx(-(0.1 - (0.08 + 0.0576 + 0.0912) / 3))
     assert v.verdict == "inconclusive" and v.low < -0.025 < v.high
     assert verdict(sae(claim, {**within.test, "margin": 0.2}), table).verdict == "holds"
-    # a metric that is the same at every setting reads as that value wherever bracketed
+    # a metric that is the same at every setting reads as that value wherever bracketed; the
+    # same on every seed too, which for a metric that is not deterministic is no evidence
     gamma = sae(claim, {"kind": "value", "a": {"method": "topk"}, "op": ">", "bound": 0.8,
                         "at": {"l0": 8}}, metric="shrinkage")  # fmt: skip
     v = verdict(gamma, table)
-    assert v.cells[0].values == pytest.approx([0.9, 0.9, 0.9]) and v.verdict == "holds"
+    assert v.cells[0].values == pytest.approx([0.9, 0.9, 0.9]) and v.verdict == "inconclusive"
+    assert "3 seeds all 0.9: a spread of zero is no evidence for shrinkage" in v.reason
 
 
 def test_ranking_at_a_matched_value(claim):
@@ -217,8 +219,9 @@ def test_ranking_at_a_matched_value(claim):
     assert v.cells[1].mean == pytest.approx(math.sqrt(0.03))
     assert v.cells[1].label == "lm m=128 gated (2 settings) at l0=8"
     # batchtopk 0.1 ± 0.02 against gated 0.1732 (no spread): 0.0732 against a half-width of
-    # t(0.975, 2) · 0.02 / sqrt(3) = 0.0497: holds; gated against topk 0.2 ± 0.02: 0.0268,
+    # t(0.975, 2) · 0.02 / sqrt(3) = 0.0497: holds; batchtopk against topk 0.2 ± 0.02: 0.1
+    # against t(0.975, 4) · sqrt(2 · 0.0004 / 3) = 0.0453: holds; gated against topk: 0.0268,
     # inside 0.0497: inconclusive, and so is the ranking
-    assert [p["verdict"] for p in v.pairs[0]["pairs"]] == ["holds", "inconclusive"]
+    assert [p["verdict"] for p in v.pairs[0]["pairs"]] == ["holds", "holds", "inconclusive"]
     assert v.verdict == "inconclusive"
     assert v.pairs[0]["pairs"][0]["diff"] == pytest.approx(math.sqrt(0.03) - 0.1)
