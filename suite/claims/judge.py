@@ -137,6 +137,9 @@ class Verdict:
     high: float | None = None
     cells: list[CellStat] = field(default_factory=list)
     pairs: list[dict[str, Any]] = field(default_factory=list)
+    # inconclusive only: the seeds per cell the observed effect and spread would need
+    # (:func:`.stats.seeds_needed`); None where no number can say it
+    seeds_needed: int | None = None
 
 
 class Inconclusive(Exception):
@@ -745,9 +748,63 @@ _KINDS = {
 }
 
 
+def _variance(values: list[float]) -> float:
+    n = len(values)
+    m = sum(values) / n
+    return sum((v - m) ** 2 for v in values) / (n - 1)
+
+
+def _seeds_needed(x: _Ctx, v: Verdict) -> int | None:
+    """For an inconclusive order, equal, ratio or value test with an interval: the seeds per
+    cell at which the interval would clear its boundary if the observed effect and spread
+    held (None for the other kinds, a missing cell, or one seed)."""
+    t, est = x.t, v.estimate
+    if est is None or v.low is None or not math.isfinite(est) or x.exact:
+        return None
+    cells = [c for c in v.cells if c.n]
+    if any(c.n < 2 for c in cells) or len(cells) != (1 if t["kind"] == "value" else 2):
+        return None
+    if t["kind"] == "value":
+        if "within" in t:
+            lo_b, hi_b = t["within"]
+            distance = (
+                min(est - lo_b, hi_b - est) if lo_b <= est <= hi_b else max(lo_b - est, est - hi_b)
+            )
+        else:
+            distance = abs(est - t["bound"])
+        return stats.seeds_needed([_variance(cells[0].values)], distance, x.level, True)
+    a, b = cells
+    if t["kind"] == "ratio":
+        if est <= 0 or a.mean is None or b.mean is None or not a.mean or not b.mean:
+            return None
+        rel = [_variance(a.values) / a.mean**2, _variance(b.values) / b.mean**2]
+        distance = abs(math.log(est) - math.log(t["threshold"]))
+        return stats.seeds_needed(rel, distance, x.level, False)
+    if t["kind"] == "order":
+        distance = abs(est + t.get("margin", 0.0))
+    else:  # equal: to hold, the interval inside ±tol; to fail, wholly outside it
+        distance = abs(t["tol"] - abs(est))
+    if x.stat == "paired":
+        by_seed = dict(zip(b.seeds, b.values, strict=True))
+        diffs = [va - by_seed[s] for s, va in zip(a.seeds, a.values, strict=True)]
+        return stats.seeds_needed([_variance(diffs)], distance, x.level, True)
+    return stats.seeds_needed([_variance(a.values), _variance(b.values)], distance, x.level, False)
+
+
 def _judge_one(x: _Ctx) -> Verdict:
     try:
-        return _KINDS[x.claim.test["kind"]](x)
+        v = _KINDS[x.claim.test["kind"]](x)
+        if v.verdict == "inconclusive" and x.claim.test["kind"] in (
+            "order",
+            "equal",
+            "ratio",
+            "value",
+        ):
+            try:
+                v.seeds_needed = _seeds_needed(x, v)
+            except (ValueError, KeyError, ZeroDivisionError):  # cells a power estimate can't read
+                v.seeds_needed = None
+        return v
     except Inconclusive as e:
         return Verdict(x.claim, "inconclusive", str(e), cells=x.cells)
     except Exception as e:  # one broken claim must not cost the others their verdicts

@@ -26,6 +26,11 @@ from .judge import VERDICTS, Verdict, load_tables
 from .registration import NOT_PRE_REGISTERED, Registration, check
 
 _DIGITS = ("Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine")
+SEED_NOISE_ONLY = (
+    "The interval covers the spread over seeds (or trials) only: every seed is scored on the "
+    "same fixed test set, whose own sampling error (binomial, about 0.9 points at 92 % on "
+    "1,000 images) it leaves out, and claims that share a cell are not independent."
+)
 _ICON = {"holds": "✅ holds", "fails": "❌ fails", "inconclusive": "❔ inconclusive"}
 
 
@@ -66,12 +71,36 @@ def _letters(i: int) -> str:
     return out
 
 
+DEFAULT_LEVEL = 0.95
+
+
 def badge(verdicts: list[Verdict]) -> str:
     counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
+    other = sum(v.claim.test.get("level", DEFAULT_LEVEL) != DEFAULT_LEVEL for v in verdicts)
+    levels = f"; {other} at a level other than {DEFAULT_LEVEL:.0%}" if other else ""
     return (
         f"claims: {counts['holds']} holds / {counts['fails']} fails / "
-        f"{counts['inconclusive']} inconclusive (of {len(verdicts)})"
+        f"{counts['inconclusive']} inconclusive (of {len(verdicts)}){levels}"
     )
+
+
+def verdict_note(v: Verdict) -> str:
+    """What the verdict cell adds to holds / fails / inconclusive: a level other than the
+    suite's, and for an undecided test the seeds its observed effect and spread would need."""
+    level = v.claim.test.get("level", DEFAULT_LEVEL)
+    out = f" (at the {level:.0%} level)" if level != DEFAULT_LEVEL else ""
+    if v.verdict == "inconclusive" and v.seeds_needed is not None:
+        out += f" (about {v.seeds_needed} seeds per cell would decide it)"
+    return out
+
+
+def seed_noise_only(v: Verdict) -> bool:
+    """Whether the interval is over seeds of a measured metric (so it leaves out the fixed
+    test set's own sampling error); not for a pillar's deterministic metrics."""
+    from sparsebench.suite.claims.judge import _deterministic
+
+    t = v.claim.test
+    return not _deterministic(t["pillar"], t["metric"])
 
 
 def to_json(verdicts: list[Verdict], registration: Registration | None = None) -> dict[str, Any]:
@@ -96,6 +125,7 @@ def to_json(verdicts: list[Verdict], registration: Registration | None = None) -
                 "test": c.test,
                 "verdict": v.verdict,
                 "reason": v.reason,
+                "seeds_needed": v.seeds_needed,
                 "estimate": finite(v.estimate),
                 "low": finite(v.low),
                 "high": finite(v.high),
@@ -136,7 +166,10 @@ def to_markdown(
         "(the direction, not the paper's absolute numbers). Intervals are two-sided over "
         "seeds (Welch for differences, the delta method for ratios, t for means and slopes); "
         "*inconclusive* means a cell is missing, failed or has too few seeds, or the "
-        "interval contains the claim's boundary (inside seed noise). Fractions in percent.",
+        "interval contains the claim's boundary (inside seed noise); where it is the "
+        "interval, the verdict says about how many seeds per cell the observed effect and "
+        "spread would need to be decided (an estimate at even odds, not a guarantee). "
+        "Fractions in percent.",
         "",
     ]
 
@@ -179,8 +212,11 @@ def to_markdown(
             # quotes) is shown as written, never as markup
             lines.append(
                 f"| {md_code(c.id)} | {md_escape(c.statement)} | {md_escape(said)} | "
-                f"{md_escape(measured)} | {_ICON[v.verdict]}{late(c.id)} |"
+                f"{md_escape(measured)} | {_ICON[v.verdict]}{verdict_note(v)}{late(c.id)}"
+                f"{' †' if seed_noise_only(v) else ''} |"
             )
+        if any(seed_noise_only(v) for v in group):
+            lines += ["", f"† {SEED_NOISE_ONLY}"]
         lines.append("")
         for v in group:
             ours = f" Our setting: {v.claim.ours}" if v.claim.ours else ""

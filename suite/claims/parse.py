@@ -41,7 +41,7 @@ _MAY: dict[str, tuple[str, ...]] = {
     "trend": ("margin", "tol"),
     "exponent": ("op", "bound", "within"),
 }
-_COMMON = ("kind", "pillar", "metric", "where", "stat", "level", "min_seeds")
+_COMMON = ("kind", "pillar", "metric", "where", "stat", "level", "level_why", "min_seeds")
 
 
 class ClaimError(ValueError):
@@ -144,6 +144,11 @@ def _check_test(t: dict[str, Any], where: str) -> None:
     from sparsebench.suite.record import COMMON_COLUMNS
 
     kind = t["kind"]
+    if t.get("level", 0.95) != 0.95 and not t.get("level_why"):
+        raise ClaimError(
+            f"{where}: level: {t['level']} differs from the suite's 0.95; say why in level_why "
+            "(the pages show every verdict at another level)"
+        )
     missing = [k for k in ("pillar", "metric", *_NEEDS[kind]) if k not in t]
     if missing:
         raise ClaimError(

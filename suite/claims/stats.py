@@ -14,6 +14,9 @@
   leaves the seeds' range); this interval covered it in about 96 %.
 * :func:`slope_interval`: the least-squares slope of log y on log x ± t·se with n − 2
   degrees of freedom (a fitted scaling exponent).
+* :func:`seeds_needed`: for an undecided test, the fewest seeds per cell at which the
+  interval's half-width would fall below the observed distance to the boundary if the
+  observed spread and effect held (a point estimate: about even odds of deciding there).
 
 With ``exact=True`` (``stat: exact`` in a claim, for metrics the pillar declares deterministic,
 such as color counts) every interval collapses to its point estimate. Values with no spread
@@ -149,3 +152,26 @@ def slope_interval(
         return k, k, k
     h = _t(level, lx.size - 2) * float(fit.stderr)
     return k, k - h, k + h
+
+
+def seeds_needed(
+    variances: Sequence[float], distance: float, level: float, paired_or_mean: bool, cap: int = 100
+) -> int | None:
+    """Fewest seeds n per cell (2 to ``cap``) at which t·se(n) < ``distance`` (the gap between
+    the estimate and the boundary the interval must clear), the spread taken as observed:
+    ``paired_or_mean``: one variance v (of the per-seed differences or of one cell), se² = v/n
+    with n − 1 degrees of freedom; else Welch with two cells of n seeds each, variances
+    v_a, v_b: se² = (v_a + v_b)/n, df = (v_a + v_b)²(n − 1)/(v_a² + v_b²). None where it takes
+    more than ``cap`` seeds, or nothing is to be gained (no distance, no spread)."""
+    v = [float(x) for x in variances]
+    if not distance > 0 or not all(math.isfinite(x) and x >= 0 for x in v) or sum(v) == 0:
+        return None
+    for n in range(2, cap + 1):
+        if paired_or_mean:
+            se, df = math.sqrt(v[0] / n), n - 1
+        else:
+            se = math.sqrt(sum(v) / n)
+            df = sum(v) ** 2 * (n - 1) / sum(x * x for x in v)
+        if _t(level, df) * se < distance:
+            return n
+    return None

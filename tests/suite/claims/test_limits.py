@@ -56,7 +56,8 @@ def test_a_number_that_is_not_finite_is_refused_naming_file_claim_and_key(
 
 
 def test_finite_numbers_still_load(tmp_path):
-    [claim] = load_file(write(tmp_path, HEAD % (", level: 0.9", ORDER + ", margin: 1e-3")))
+    level = ", level: 0.9, level_why: the paper's level"
+    [claim] = load_file(write(tmp_path, HEAD % (level, ORDER + ", margin: 1e-3")))
     assert claim.test["margin"] == 0.001 and claim.test["level"] == 0.9
 
 
