@@ -239,7 +239,7 @@ def write_summary(bench_folder: Path, top: int = 3, log: str | None = None) -> P
         table = paths.runs_table_in(folder)
         if name not in pillars or not table.is_file():
             continue
-        runs = pl.read_parquet(table)
+        runs = pl.read_parquet(table, glob=False)
         n_ok = runs.filter(pl.col("status") == "ok").height
         top_rows = pillars[name].summary(runs, top).strip("\n")
         lines += [

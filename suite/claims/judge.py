@@ -79,7 +79,7 @@ import polars as pl
 from sparsebench.suite.interpolate import value_at
 
 from . import stats
-from .parse import Claim
+from .parse import Claim, ClaimError
 
 VERDICTS = ("holds", "fails", "inconclusive")
 _SEED_PART = re.compile(r"(^|/)seed\d+(?=/|$)")
@@ -608,6 +608,11 @@ def _judge_pair(x: _Ctx) -> Verdict:
         what, against = "mean(a) − mean(b)", f"[{_fmt(-t['tol'])}, {_fmt(t['tol'])}]"
     else:
         x.no_ties(a, b)
+        if not (a.mean and a.mean > 0 and b.mean and b.mean > 0):
+            raise Inconclusive(
+                f"a ratio needs positive means: {a.label} {_fmt(a.mean)}, {b.label} "
+                f"{_fmt(b.mean)} (a zero or a sign makes mean(a) / mean(b) say nothing)"
+            )
         est, lo, hi = stats.ratio_interval(a.values, b.values, x.level, x.exact)
         v = _side(t["op"], lo, hi, t["threshold"], x.exact)
         what, against = "mean(a) / mean(b)", f"{t['op']} {_fmt(t['threshold'])}"
@@ -885,7 +890,16 @@ def load_tables(bench_dir, pillars: set[str]) -> dict[str, pl.DataFrame | None]:
     out: dict[str, pl.DataFrame | None] = {}
     for name in pillars:
         path = paths.runs_table_in(Path(bench_dir) / name)
-        out[name] = pl.read_parquet(path) if path.is_file() else None
+        if not path.is_file():
+            out[name] = None
+            continue
+        try:  # glob=False: a folder named like a pattern (bench?) must not read its siblings
+            out[name] = pl.read_parquet(path, glob=False)
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise ClaimError(
+                f"{path}: not a readable runs table ({type(e).__name__}: {e}); rebuild it with "
+                f"`sparsebench aggregate {bench_dir} --pillar {name}`"
+            ) from None
     return out
 
 

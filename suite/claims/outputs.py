@@ -160,7 +160,7 @@ def to_markdown(
 ) -> str:
     """The claims page; with ``registration``, each paper's claim file with the commit that
     registered it, and verdicts over rows older than the file flagged."""
-    lines = [f"# Claims: {bench}", "", f"**{badge(verdicts)}**", ""]
+    lines = [f"# Claims: {md_escape(bench)}", "", f"**{badge(verdicts)}**", ""]
     lines += [
         "Each claim is a paper's statement judged on this benchmark's records at our scale "
         "(the direction, not the paper's absolute numbers). Intervals are two-sided over "

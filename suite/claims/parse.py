@@ -204,6 +204,26 @@ def _check_test(t: dict[str, Any], where: str) -> None:
             f"{where}: unknown column {', '.join(map(repr, unknown))} of pillar "
             f"{pillar.name!r}; its columns: {', '.join(sorted(columns))}"
         )
+    if "a" in t and "b" in t and {**t["where"], **t["a"]} == {**t["where"], **t["b"]}:
+        raise ClaimError(f"{where}: a and b name the same cell; a comparison needs two")
+    if "order" in t:
+        cells = [tuple(sorted({**t["where"], **o}.items(), key=str)) for o in t["order"]]
+        if len(set(map(str, cells))) < len(cells):
+            raise ClaimError(f"{where}: order names a cell twice; a ranking needs distinct cells")
+    if kind == "ratio" and not t["threshold"] > 0:
+        raise ClaimError(
+            f"{where}: threshold: {t['threshold']} is not allowed; a ratio of positive means "
+            "is compared with a threshold > 0"
+        )
+    # a cell is all of its replicates, whatever they scored: a filter that picks some of them
+    # (by seed, by status, by the metric's own value) chooses the evidence
+    chosen = {"seed", "status", pillar.replicate, t["metric"]} & set(used)
+    if chosen:
+        raise ClaimError(
+            f"{where}: a filter on {', '.join(map(repr, sorted(chosen)))} selects some rows of a "
+            "cell by their replicate, status or result; a cell is judged on all its replicates "
+            "(failed ones make it inconclusive), so filter on its configuration only"
+        )
     if "along" in t and columns[t["along"]] not in (int, float):
         raise ClaimError(
             f"{where}: along: {t['along']!r} is not a numeric column; {_a(kind)} {kind} runs along "

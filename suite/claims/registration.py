@@ -53,21 +53,37 @@ class FileCommit:
         }
 
 
-def _git(args: list[str], cwd: Path) -> str | None:
-    """git's stdout, or None when git is missing, fails (not a checkout) or hangs. No shell;
-    no optional locks, so that reading never writes the index of a checkout in use."""
+# read-only git calls with the hooks a checkout's config can name switched off, since the
+# claim file's folder may be anyone's repository
+_GIT = [
+    "git",
+    "--no-optional-locks",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+]
+
+
+def _git_bytes(args: list[str], cwd: Path) -> bytes | None:
+    """git's stdout as bytes, or None when git is missing, fails (not a checkout) or hangs.
+    No shell; no optional locks, so that reading never writes the index of a checkout in use."""
     try:
         done = subprocess.run(
-            ["git", "--no-optional-locks", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            check=True,
+            [*_GIT, *args], cwd=cwd, capture_output=True, timeout=GIT_TIMEOUT_S, check=True
         )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    """:func:`_git_bytes` decoded (None where git fails or its output is not UTF-8)."""
+    out = _git_bytes(args, cwd)
+    try:
+        return None if out is None else out.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def _when(text: Any) -> datetime | None:
@@ -82,9 +98,20 @@ def _when(text: Any) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
+def _differs_from_head(path: Path, folder: Path, name: str) -> bool:
+    """Whether the file's bytes differ from HEAD's copy. Read with ``cat-file``, which runs
+    no filter or fsmonitor hook of the checkout's config (``git status`` would: the folder
+    may be anyone's repository)."""
+    prefix = _git(["rev-parse", "--show-prefix"], folder)
+    if prefix is None:
+        return True
+    blob = _git_bytes(["cat-file", "blob", f"HEAD:{prefix.strip()}{name}"], folder)
+    return blob is None or blob != path.read_bytes()
+
+
 def file_commit(path: str | Path) -> FileCommit:
     """The registration of the claim file at ``path``: ``git log -1 -- <file>`` in its folder
-    (and ``git status`` for changes not committed)."""
+    (and ``git cat-file`` of HEAD's copy for changes not committed)."""
     path = Path(path)
     if not path.is_file():
         return FileCommit()
@@ -95,8 +122,7 @@ def file_commit(path: str | Path) -> FileCommit:
     sha, _, date = log.strip().partition("\t")
     if not re.fullmatch(r"[0-9a-f]{4,64}", sha) or _when(date) is None:
         sha, date = "", ""  # no commit holds the file (untracked), or not git's format
-    status = _git(["status", "--porcelain", "--", name], folder)
-    uncommitted = bool(status and status.strip())
+    uncommitted = _differs_from_head(path, folder, name) if sha else True
     if uncommitted:  # the content judged is newer than any commit: its own mtime counts
         changed = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     else:

@@ -34,8 +34,10 @@ import numpy as np
 from scipy import stats
 
 # Values closer than this, relative to their magnitude, are a tie: sums and differences of the
-# same numbers round differently (three copies of 0.901 have a variance of 1.8e-32, not 0).
-TIE_RTOL = 1e-12
+# same numbers round differently (three copies of 0.901 have a variance of 1.8e-32, not 0),
+# and metrics pass through float32 (relative precision 1.2e-7) on their way to a record, so a
+# spread below a few float32 steps is rounding, not a measured difference.
+TIE_RTOL = 1e-6
 
 
 def no_spread(values: Sequence[float], scale: float | None = None) -> bool:
@@ -124,9 +126,11 @@ def ratio_interval(
     a, b = np.asarray(a, float), np.asarray(b, float)
     ma, mb = float(a.mean()), float(b.mean())
     r = ma / mb if mb != 0 else math.copysign(math.inf, ma)
+    if ma <= 0 or mb <= 0:  # a ratio of costs or speeds: with a sign or a zero it says nothing
+        return (r if math.isfinite(r) else math.nan), -math.inf, math.inf
     if exact:
         return r, r, r
-    if a.size < 2 or b.size < 2 or ma <= 0 or mb <= 0:
+    if a.size < 2 or b.size < 2:
         return r, -math.inf, math.inf
     va, vb = _var_of_mean(a) / ma**2, _var_of_mean(b) / mb**2
     se2 = va + vb

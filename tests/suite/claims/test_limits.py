@@ -105,3 +105,17 @@ def test_a_file_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
     path = write(tmp_path, b"paper: {key: k, title: caf\xe9}\n", name="latin1.yaml")
     with pytest.raises(ClaimError, match=r"latin1\.yaml: not UTF-8 \(byte 26: .*\); a claim file"):
         load_file(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: 1\n? [1, 2]\n: 3\n", r"a key must be a plain value, got a list"),
+        ("x: &x {a: 1}\ny:\n  <<: *x\n", r"merge keys \(<<\) are not supported"),
+    ],
+)
+def test_keys_that_yaml_allows_and_a_spec_cannot_hold_are_refused(tmp_path, text, message):
+    with pytest.raises(SpecError, match=rf"spec\.yaml: not valid YAML: {message}"):
+        load_spec(write(tmp_path, text, name="spec.yaml"))
+    with pytest.raises(ClaimError, match=message):
+        load_file(write(tmp_path, text))

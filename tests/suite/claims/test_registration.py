@@ -101,3 +101,19 @@ def test_outside_a_git_checkout_the_commit_is_unknown_and_nothing_is_flagged(tmp
     assert "not pre-registered" not in md
     reg = data["claims"][0]["registration"]
     assert reg["commit"] == "unknown" and reg["pre_registered"] is None
+
+
+def test_reading_a_foreign_checkout_runs_none_of_its_hooks(repo):
+    """The claim file's folder may be anyone's repository: its fsmonitor hook (which `git
+    status` would run) must not run when the registration is read."""
+    from sparsebench.suite.claims.registration import file_commit
+
+    path, sha = repo
+    root = path.parent.parent
+    marker = root / "ran"
+    git(root, "config", "core.fsmonitor", f"touch {marker}")
+    found = file_commit(path)
+    assert not marker.exists()
+    assert found.sha == sha and not found.uncommitted
+    path.write_text(path.read_text() + "# edited\n")
+    assert file_commit(path).uncommitted and not marker.exists()
