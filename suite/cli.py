@@ -217,12 +217,49 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     bench = Path(args.bench_dir)
     if not bench.is_dir():
         _no_records(bench)
-    verdicts = claims.judge_all(claims.load_files(files), bench)
+    loaded = claims.load_files(files)
+    if args.extend_seeds is not None:
+        return _extend_seeds(args, bench, loaded)
+    if args.looks != 1:
+        from sparsebench.suite.claims.extend import looks_level
+
+        for c in loaded:  # the pages show each verdict's level
+            c.test["level"] = looks_level(c.test["level"], args.looks)
+    verdicts = claims.judge_all(loaded, bench)
     out = claims.write(verdicts, bench)
     for v in verdicts:
         print(f"{v.verdict:>12}  {v.claim.id}: {v.reason}")
     print(claims.badge(verdicts))
     print("wrote " + ", ".join(str(p) for p in out.values()))
+    return 0
+
+
+def _extend_seeds(args: argparse.Namespace, bench: Path, loaded: list) -> int:
+    from sparsebench.suite.claims.extend import extend_seeds
+
+    if not args.spec:
+        raise SystemExit("sparsebench claims --extend-seeds: give --spec, the spec of the run")
+    out = bench / "extend-seeds.yaml"
+    ext = extend_seeds(args.spec, bench, loaded, args.extend_seeds, out)
+    for why in ext.skipped:
+        print(f"  not extended: {why}")
+    if not ext.targets:
+        print("no undecided claim says how many seeds it needs: nothing to extend")
+        return 0
+    for v in ext.claims:
+        print(f"  {v.claim.id}: about {v.seeds_needed} seeds per cell would decide it")
+    listing = bench / "extend-seeds.targets"
+    listing.write_text("".join(f"{t}\n" for t in ext.targets))
+    new = "; ".join(f"{p} seeds {s[0]}-{s[-1]}" for p, s in ext.seeds.items())
+    print(
+        f"wrote {out} ({new}) and {listing} ({len(ext.targets)} records). Run them, then "
+        "judge once more at two looks:"
+    )
+    print(f"  snakemake --cores 2 --configfile {out} $(cat {listing})")
+    print(
+        f"  sparsebench aggregate {bench} && sparsebench claims {bench} --spec {args.spec} "
+        "--looks 2"
+    )
     return 0
 
 
@@ -379,6 +416,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--spec", help="take the claim files from this spec's `claims` list")
     c.add_argument("--check", nargs="+", metavar="FILE", help="only validate claim files")
+    c.add_argument(
+        "--looks",
+        type=int,
+        default=1,
+        help="how many times these claims have been judged on growing seeds (after "
+        "--extend-seeds: 2); each is judged at 1 - (1 - level) / LOOKS (Bonferroni)",
+    )
+    c.add_argument(
+        "--extend-seeds",
+        type=int,
+        metavar="N",
+        help="with --spec: write results/<bench>/extend-seeds.yaml, the spec with N new seeds "
+        "for the undecided claims' pillars, and the records of exactly the cells they read",
+    )
     c.set_defaults(func=_cmd_claims)
 
     from sparsebench.suite.pillar import all_pillars

@@ -568,7 +568,7 @@ class _Ctx:
     def interval(self, what: str, est: float, lo: float, hi: float, against: str) -> str:
         exact = {"exact": " (exact)", "paired": f" (paired by {self.replicate})"}.get(self.stat, "")
         return (
-            f"{what} = {_fmt(est)}, {self.level:.0%} interval [{_fmt(lo)}, {_fmt(hi)}] "
+            f"{what} = {_fmt(est)}, {self.level * 100:.4g}% interval [{_fmt(lo)}, {_fmt(hi)}] "
             f"against {against}{exact}"
         )
 

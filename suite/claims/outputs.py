@@ -88,7 +88,7 @@ def verdict_note(v: Verdict) -> str:
     """What the verdict cell adds to holds / fails / inconclusive: a level other than the
     suite's, and for an undecided test the seeds its observed effect and spread would need."""
     level = v.claim.test.get("level", DEFAULT_LEVEL)
-    out = f" (at the {level:.0%} level)" if level != DEFAULT_LEVEL else ""
+    out = f" (at the {level * 100:.4g}% level)" if level != DEFAULT_LEVEL else ""
     if v.verdict == "inconclusive" and v.seeds_needed is not None:
         out += f" (about {v.seeds_needed} seeds per cell would decide it)"
     return out
