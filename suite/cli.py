@@ -255,7 +255,8 @@ def _extend_seeds(args: argparse.Namespace, bench: Path, loaded: list) -> int:
         f"wrote {out} ({new}) and {listing} ({len(ext.targets)} records). Run them, then "
         "judge once more at two looks:"
     )
-    print(f"  snakemake --cores 2 --configfile {out} $(cat {listing})")
+    # the targets before --configfile, which would take them as more config files
+    print(f"  snakemake --cores 2 $(cat {listing}) --configfile {out}")
     print(
         f"  sparsebench aggregate {bench} && sparsebench claims {bench} --spec {args.spec} "
         "--looks 2"

@@ -68,7 +68,14 @@ def extend_seeds(
     for v in wanted:
         pillar = v.claim.test["pillar"]
         section = spec.data.get(pillar)
-        if get_pillar(pillar).replicate != "seed" or not section or "seeds" not in section:
+        replicate = get_pillar(pillar).replicate
+        if replicate != "seed":
+            skipped.append(
+                f"{v.claim.id}: pillar {pillar!r} repeats by {replicate}; raise its "
+                f"{pillar}.{replicate}s in {spec.source} (about {v.seeds_needed})"
+            )
+            continue
+        if not section or "seeds" not in section:
             skipped.append(f"{v.claim.id}: pillar {pillar!r} has no seeds in {spec.source}")
             continue
         by_pillar.setdefault(pillar, []).append(v)
