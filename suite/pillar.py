@@ -201,7 +201,7 @@ class Pillar:
         replicate: the column whose distinct values are a cell's independent replicates: the
             claims engine counts them as n, refuses a cell where one has two rows and pairs
             ``stat: paired`` by them. ``seed`` (training pillars), or ``trial`` where a cell is
-            one fixed configuration measured in several jobs (kernels, hessian timings). A cell
+            one fixed configuration measured in several jobs (a pillar of timings). A cell
             id carries it as a ``/<replicate><n>`` part and a label as ``<replicate> <n>`` (or
             ``=``), which the engine strips to find the replicates of one cell.
         method_column, extra_method_names: the column holding a row's method and the names it

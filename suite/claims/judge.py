@@ -58,7 +58,7 @@ gives both cells cancels. Both cells must have the same seeds (else inconclusive
 them); differences that are all equal are inconclusive (a point for a deterministic metric).
 
 "Seeds" above are the pillar's replicates (:attr:`~sparsebench.suite.pillar.Pillar.replicate`):
-the ``seed`` column by default, ``trial`` for the timing pillars (kernels, hessian), whose
+the ``seed`` column by default, ``trial`` for a pillar of timings, whose
 cells are one fixed configuration measured in several independent jobs. ``min_seeds``, n,
 the duplicated-replicate check and the pairing of ``stat: paired`` all read that column, and
 a cell's replicates are the rows whose ids differ only in a ``/<replicate><n>`` part.
