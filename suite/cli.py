@@ -200,10 +200,10 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     from sparsebench.suite import claims
 
     if args.check:
-        for f in args.check:
-            found = claims.load_file(f)
-            print(f"{f}: {len(found)} claim(s) valid: {', '.join(c.id for c in found)}")
+        found = {f: claims.load_file(f) for f in args.check}
         claims.load_files(args.check)  # ids and macro names unique across the files
+        for f, got in found.items():  # only once every check has passed
+            print(f"{f}: {len(got)} claim(s) valid: {', '.join(c.id for c in got)}")
         return 0
     if not args.bench_dir:
         raise SystemExit("sparsebench claims: give results/<bench> (or --check FILE)")

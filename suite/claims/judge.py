@@ -243,6 +243,10 @@ def _cell(
             f"each {replicate} counts once, so a cell with a duplicated {replicate} is not "
             "judged"
         )
+    if not rows.schema[metric].is_numeric():
+        raise Inconclusive(
+            f"{_describe(filters)}: column {metric!r} holds {rows.schema[metric]}, not numbers"
+        )
     raw = rows[metric].to_list()
     if any(v is None or not math.isfinite(v) for v in raw):
         raise Inconclusive(

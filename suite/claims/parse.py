@@ -109,6 +109,8 @@ def read(path: str | Path) -> dict[str, Any]:
     from sparsebench.suite.spec import read_yaml
 
     path = Path(path)
+    if path.exists() and not path.is_file():  # a folder, a FIFO, a device: never read it
+        raise ClaimError(f"{path}: not a regular file; a claim file is a YAML text file")
     if not path.is_file():
         raise ClaimError(f"{path}: claim file not found")
     data = read_yaml(path, "claim file", ClaimError)

@@ -74,3 +74,20 @@ def test_a_results_folder_named_like_a_pattern_reads_only_itself(tmp_path):
     (broken / "runs.parquet").write_bytes(b"not parquet")
     with pytest.raises(ClaimError, match=r"runs\.parquet: not a readable runs table .* aggregate"):
         load_tables(tmp_path / "b", {"classification"})
+
+
+def test_a_claim_file_that_is_no_regular_file_and_a_metric_that_is_no_number(claim, tmp_path):
+    import os
+
+    from sparsebench.suite.claims import load_file
+
+    with pytest.raises(ClaimError, match=r"not a regular file; a claim file is a YAML text file"):
+        load_file(tmp_path)  # a folder
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)  # reading it would block: it is refused before any read
+    with pytest.raises(ClaimError, match=r"pipe\.yaml: not a regular file"):
+        load_file(fifo)
+    words = table(rows("rigl", [0.93, 0.94]), rows("set", [0.90, 0.91]))
+    words = words.with_columns(test_acc=words["test_acc"].cast(str))
+    v = verdict(claim(ORDER), words)
+    assert v.verdict == "inconclusive" and "column 'test_acc' holds String, not numbers" in v.reason
