@@ -214,6 +214,47 @@ def describe_type(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def field_problem(cls: type, key: str, value: Any) -> str | None:
+    """What is wrong with ``key: value`` as a field of the dataclass ``cls``: ``"unknown"``,
+    ``"type"`` (:func:`type_ok`: an ``int`` field takes neither 64.0 nor "64"), ``"range"``
+    (an integer beyond ±2**53, past a float's exact range and a polars column's; a field
+    named ``seed`` outside numpy's range [0, 2**32 - 1]); None when it fits."""
+    hints = typing.get_type_hints(cls)
+    if key not in {f.name for f in dataclasses.fields(cls)}:
+        return "unknown"
+    if not type_ok(value, hints[key]):
+        return "type"
+    if isinstance(value, int) and not isinstance(value, bool):
+        low, high = int_range(key)
+        if not low <= value <= high:
+            return "range"
+    return None
+
+
+def int_range(key: str) -> tuple[int, int]:
+    return (0, 2**32 - 1) if key == "seed" else (-(2**53), 2**53)
+
+
+def check_fields(cls: type, raw: Mapping[str, Any], where: str = "") -> None:
+    """Refuse a key of ``raw`` that :func:`field_problem` finds wrong; RegistryError naming
+    ``where`` (a key-path prefix such as ``"model."``), the key, the value and what is
+    allowed."""
+    hints = typing.get_type_hints(cls)
+    for key, value in raw.items():
+        problem = field_problem(cls, key, value)
+        if problem == "unknown":
+            names = ", ".join(f.name for f in dataclasses.fields(cls)) or "(none)"
+            raise RegistryError(f"{where}{key}: unknown key; allowed: {names}")
+        if problem == "type":
+            raise RegistryError(
+                f"{where}{key}: value {value!r} ({type(value).__name__}); expected "
+                f"{describe_type(hints[key])}"
+            )
+        if problem == "range":
+            low, high = int_range(key)
+            raise RegistryError(f"{where}{key}: {value} is outside [{low}, {high}]")
+
+
 def build_params(
     method: str | MethodInfo,
     raw: dict[str, Any] | None,
@@ -221,7 +262,7 @@ def build_params(
     families: Iterable[str] = (),
 ) -> Any:
     """Build the ``Params`` of ``method`` (a MethodInfo, or a name in ``families``) from a
-    plain dict, checking names and types.
+    plain dict, checking names, types and integer ranges (:func:`field_problem`).
 
     ``where`` prefixes error messages (e.g. ``"spec.yaml: methods.rigl"``). Raises
     ``RegistryError`` naming the parameter, the bad value and what is allowed.
@@ -235,18 +276,21 @@ def build_params(
     name = info.name
     raw = dict(raw or {})
     hints = typing.get_type_hints(info.params_cls)
-    fields = {f.name: f for f in info.param_fields()}
     prefix = f"{where}: " if where else ""
     for key, value in raw.items():
-        if key not in fields:
-            allowed = ", ".join(sorted(fields)) or "(no parameters)"
+        problem = field_problem(info.params_cls, key, value)
+        if problem == "unknown":
+            allowed = ", ".join(sorted(f.name for f in info.param_fields())) or "(no parameters)"
             raise RegistryError(
                 f"{prefix}unknown parameter {key!r} for method {name!r}; allowed: {allowed}"
             )
-        if not type_ok(value, hints[key]):
+        if problem is not None:
+            expected = describe_type(hints[key])
+            if problem == "range":
+                expected = "an integer in [{}, {}]".format(*int_range(key))
             raise RegistryError(
                 f"{prefix}parameter {key!r} of method {name!r} has value {value!r} "
-                f"({type(value).__name__}); expected {describe_type(hints[key])}"
+                f"({type(value).__name__}); expected {expected}"
             )
     params = info.params_cls(**raw)
     check = getattr(params, "validate", None)

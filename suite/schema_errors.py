@@ -13,10 +13,22 @@ from typing import Any
 import jsonschema
 
 
+def _strict_integer(checker: Any, instance: Any) -> bool:
+    """An integer is an int: JSON Schema's own rule also takes 1.0, which would reach a
+    ``range()`` as a float and hash to another artefact than 1."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+StrictValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
+)
+
+
 def first_error(schema: dict[str, Any], data: Any) -> jsonschema.ValidationError | None:
     """The error to report: the shallowest key path first, then by path; None when valid."""
     errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(data),
+        StrictValidator(schema).iter_errors(data),
         key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
     )
     return errors[0] if errors else None
@@ -53,6 +65,11 @@ def format_error(
     if err.validator == "enum":
         allowed = ", ".join(repr(v) for v in err.validator_value)
         return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}"
+    if err.validator == "maxLength":
+        return (
+            f"{source}: {where}: {err.instance[:24]!r}... is {len(err.instance)} characters "
+            f"long; at most {err.validator_value} are allowed (it names files and folders)"
+        )
     if err.validator == "pattern":
         text = pattern.format(value=err.instance, pattern=err.validator_value)
         return f"{source}: {where}: {text}"

@@ -186,12 +186,67 @@ def _schema(data: dict[str, Any] | None = None) -> dict[str, Any]:
             schema["properties"].update(p.schema())
         else:
             schema["properties"].update({k: {} for k in p.spec_keys})
-    return schema
+    return harden(schema)
+
+
+# What every spec value must satisfy to run, whichever pillar's fragment declares it, added
+# to the merged schema by :func:`harden` (so a new pillar's section gets it without saying so).
+# A name becomes a folder, a file name and a command-line argument: at most NAME_MAX_LEN
+# characters (paths nest several names under the 255-byte limit of one component) and never
+# starting with '-' (an option to argparse) or '.' (a hidden or relative folder).
+NAME_MAX_LEN = 64
+NAME_REGEX = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+# numpy's seed range: a seed past it fails every cell at run time.
+SEED_MAX = 2**32 - 1
+# Integers a float, a JSON reader and a polars Int64 column all hold exactly.
+INT_BOUND = 2**53
+
+
+def _scalar_type(schema: Any) -> bool:
+    types = schema.get("type") if isinstance(schema, dict) else None
+    types = types if isinstance(types, list) else [types]
+    return bool(types) and all(t in ("integer", "number", "string", "boolean") for t in types)
+
+
+def harden(node: Any, key: str = "") -> Any:
+    """Add the suite-wide rules to a schema, in place: every map's key names (``propertyNames``)
+    follow :data:`NAME_REGEX` and :data:`NAME_MAX_LEN`; every integer lies within
+    ±:data:`INT_BOUND`, and a ``seed`` or ``seeds`` within [0, :data:`SEED_MAX`]; every list of
+    plain values that is not a fixed-length tuple holds each value once (a repeated grid value
+    or seed would plan the same cell twice)."""
+    if isinstance(node, list):
+        for item in node:
+            harden(item, key)
+        return node
+    if not isinstance(node, dict):
+        return node
+    if "propertyNames" in node and isinstance(node["propertyNames"], dict):
+        names = node["propertyNames"]
+        names.setdefault("maxLength", NAME_MAX_LEN)
+        names.setdefault("pattern", NAME_REGEX)
+    types = node.get("type")
+    types = types if isinstance(types, list) else [types]
+    if "integer" in types:
+        node.setdefault("maximum", SEED_MAX if key in ("seed", "seeds") else INT_BOUND)
+        node.setdefault("minimum", -INT_BOUND)
+    if "array" in types and _scalar_type(node.get("items")):
+        fixed = node.get("minItems") is not None and node.get("minItems") == node.get("maxItems")
+        if not fixed:
+            node.setdefault("uniqueItems", True)
+    for k, v in node.items():
+        if k == "properties" and isinstance(v, dict):
+            for name, sub in v.items():
+                harden(sub, name)
+        elif k == "items":
+            harden(v, key)  # a list's items keep its key: the entries of `seeds` are seeds
+        elif k not in ("enum", "const", "default", "examples"):
+            harden(v, "")
+    return node
 
 
 _NAME_PATTERN = (
-    "name {value!r} is not allowed; use letters, digits, '_', '.' and '-' (not only dots, and "
-    "not 'artefacts': it names a folder)"
+    "name {value!r} is not allowed; use letters, digits, '_', '.' and '-', starting with a "
+    "letter, a digit or '_' (and not 'artefacts': it names a folder)"
 )
 
 

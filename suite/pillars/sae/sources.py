@@ -43,6 +43,7 @@ from sparsebench.methods.sae.synthetic import SyntheticConfig, sample, true_dict
 from sparsebench.methods.sae.training import input_scale
 from sparsebench.suite import paths, tensorfile
 from sparsebench.suite.pillar import Artefact
+from sparsebench.suite.registry import check_fields
 
 from . import corpus
 from .models import HookedLeNet300100, ImageConfig, LMConfig, TinyLM, capture
@@ -108,17 +109,16 @@ def resolve(raw: Mapping[str, Any]) -> Source:
             raise ValueError(f"{k} must be >= 1, got {v}")
     widths = tuple(raw["widths"]) if raw.get("widths") is not None else None
     if kind == "synthetic":
-        cfg = SyntheticConfig(**{k: raw[k] for k in _SYN if k in raw})
+        syn = {k: raw[k] for k in _SYN if k in raw}
+        check_fields(SyntheticConfig, syn)
+        cfg = SyntheticConfig(**syn)
         cfg.validate()
         return Source(kind, synthetic=cfg, widths=widths, **tokens)
     cls = MODEL_CFG[kind]
     model_raw = raw.get("model") or {}
-    known = [f.name for f in fields(cls)]
-    bad = sorted(set(model_raw) - set(known))
-    if bad:
-        raise ValueError(
-            f"model.{bad[0]}: not a key of the {kind} model; allowed: {', '.join(known)}"
-        )
+    if not isinstance(model_raw, Mapping):
+        raise ValueError(f"model: expected a mapping of the {kind} model's keys, got {model_raw!r}")
+    check_fields(cls, model_raw, "model.")
     model = cls(**model_raw)
     model.validate()
     hp = raw.get("hookpoint")

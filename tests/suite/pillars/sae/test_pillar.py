@@ -55,7 +55,7 @@ def _spec(**section):
          r"sae\.sources\.s\.d: not a key of a source of kind 'image'; allowed: kind, widths, "),
         ({"sources": {"s": {"kind": "lm", "hookpoint": "blocks.0.hook_mlp_out",
                             "model": {"width": 3}}}},
-         r"sae\.sources\.s\.model\.width: not a key of the lm model; allowed: d_model, "),
+         r"sae\.sources\.s\.model\.width: unknown key; allowed: d_model, "),
         ({"sources": {"s": {"kind": "lm", "hookpoint": "blocks.0.hook_mlp_out",
                             "model": {"d_model": 30}}}},
          r"sae\.sources\.s\.model\.d_model \(30\) must be a multiple of model\.n_heads"),
