@@ -3,7 +3,7 @@
 # purpose: the pillars live in suite/pillars/, the generic rules in suite/rules/.
 #
 #   snakemake --cores 2                                  # the embedded default spec
-#   snakemake --cores 2 --configfile my_spec.yaml        # your own spec
+#   snakemake --cores 2 --config spec=my_spec.yaml        # your own spec
 #   snakemake -n                                         # list the jobs
 
 

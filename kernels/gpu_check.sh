@@ -17,12 +17,12 @@ $PY - <<'PY'
 import sys, torch
 if not torch.cuda.is_available():
     sys.exit("gpu_check: torch sees no CUDA GPU here; run the CPU benchmark instead: "
-             "snakemake --cores 2 --configfile suite/benchmarks/kernels.yaml")
+             "snakemake --cores 2 --config spec=suite/benchmarks/kernels.yaml")
 print("GPU:", torch.cuda.get_device_name(0), "capability", torch.cuda.get_device_capability(0))
 PY
 $PY -m pytest -q tests/kernels
 run() {  # run one spec, then print its leaderboard's summary
-  PATH="$PWD/.venv/bin:$PATH" snakemake --cores 1 --configfile "$1"
+  PATH="$PWD/.venv/bin:$PATH" snakemake --cores 1 --config spec="$1"
   .venv/bin/sparsebench leaderboard "results/$2"
 }
 if [[ "${QUICK:-0}" == "1" ]]; then

@@ -57,7 +57,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if missing:  # no failed records: they would count as done and block the artefacts' rules
         raise SystemExit(
             f"sparsebench run: {len(missing)} input(s) of these cells do not exist yet, e.g. "
-            f"{missing[0]}; build them first: snakemake --cores N --configfile {args.spec} "
+            f"{missing[0]}; build them first: snakemake --cores N --config spec={args.spec} "
             f"(it makes them), or `sparsebench build {pillar.name} --artefact ID --spec "
             f"{args.spec}`"
         )
@@ -161,7 +161,7 @@ def _no_records(bench: Path) -> None:
     raise TableError(
         f"no records found under {bench}{state}: searched <pillar>/runs/**/record.json for "
         f"the pillars {', '.join(all_pillars())}. Run the benchmark first "
-        "(`snakemake --cores N --configfile SPEC`)."
+        "(`snakemake --cores N --config spec=SPEC`)."
     )
 
 
@@ -255,8 +255,8 @@ def _extend_seeds(args: argparse.Namespace, bench: Path, loaded: list) -> int:
         f"wrote {out} ({new}) and {listing} ({len(ext.targets)} records). Run them, then "
         "judge once more at two looks:"
     )
-    # the targets before --configfile, which would take them as more config files
-    print(f"  snakemake --cores 2 $(cat {listing}) --configfile {out}")
+    # the targets before --config, which would take them as more KEY=VALUE items
+    print(f"  snakemake --cores 2 $(cat {listing}) --config spec={out}")
     print(
         f"  sparsebench aggregate {bench} && sparsebench claims {bench} --spec {args.spec} "
         "--looks 2"

@@ -471,7 +471,8 @@ def read_yaml(path: Path, what: str, error: type[ValueError]) -> Any:
     except YamlLimitError as e:
         raise error(f"{path}: {e}") from None
     except yaml.YAMLError as e:
-        raise error(f"{path}: not valid YAML: {e}") from None
+        where = str(e).replace('"<unicode string>"', "the file")
+        raise error(f"{path}: not valid YAML: {where}") from None
     except ValueError as e:  # e.g. an integer of more digits than Python converts
         raise error(f"{path}: a value cannot be read: {e}") from None
 

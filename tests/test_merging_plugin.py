@@ -43,7 +43,7 @@ def test_a_merging_method_with_its_own_artefact_is_one_file(tmp_path):
     record = Path("results/plug/merging/runs/mlp", NAME, setting, "seed0/record.json")
     # the record alone as the target: its artefacts and cell run, not the board's jobs
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
-           "--configfile", str(tmp_path / "plug.yaml"), "--cores", "1", str(record)]  # fmt: skip
+           "--config", f"spec={tmp_path / 'plug.yaml'}", "--cores", "1", str(record)]  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 

@@ -22,7 +22,7 @@ def _snakemake(tmp_path, *args):
         SPARSEBENCH_PLUGINS="tests.toy_pillar",
     )
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
-           "--configfile", str(tmp_path / "toy.yaml"), *args]  # fmt: skip
+           "--config", f"spec={tmp_path / 'toy.yaml'}", *args]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -122,7 +122,7 @@ def test_ctrl_c_keeps_finished_records_and_forgets_the_interrupted_cell(tmp_path
     (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 77]}\n")
     env = dict(os.environ, PYTHONPATH=str(REPO), SPARSEBENCH_PLUGINS="tests.toy_pillar")
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
-           "--configfile", str(tmp_path / "toy.yaml"), "--cores", "1"]  # fmt: skip
+           "--config", f"spec={tmp_path / 'toy.yaml'}", "--cores", "1"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     runs = tmp_path / "results" / "toyb" / "toy" / "runs"

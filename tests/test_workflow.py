@@ -35,7 +35,7 @@ def _snakemake(tmp_path, *args):
     venv_bin = str(Path(sys.executable).parent)
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d",
-           str(tmp_path), "--configfile", str(tmp_path / "tiny.yaml"), *args]  # fmt: skip
+           str(tmp_path), "--config", f"spec={tmp_path / 'tiny.yaml'}", *args]  # fmt: skip
     return subprocess.run(
         cmd, capture_output=True, text=True, env=dict(os.environ, PATH=path), timeout=300
     )
@@ -153,3 +153,36 @@ def test_snakemake_lint_is_clean():
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Lints for" not in run.stdout + run.stderr
+
+
+def test_a_spec_is_data_whatever_it_holds(tmp_path):
+    """The workflow reads the spec through the suite's loader only: a YTE template's
+    expression is never evaluated and an alias bomb is refused at once."""
+    marker = tmp_path / "ran"
+    (tmp_path / "tiny.yaml").write_text(
+        "__use_yte__: true\n"
+        f"benchmark: ?__import__('pathlib').Path({str(marker)!r}).touch() or 'tiny'\n"
+        + TINY.format(data="d").split("\n", 2)[2]
+    )
+    run = _snakemake(tmp_path, "-n")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "unknown key '__use_yte__'" in out and "tiny.yaml" in out
+    assert not marker.exists()
+    bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)
+    )
+    (tmp_path / "tiny.yaml").write_text(bomb)
+    run = _snakemake(tmp_path, "-n")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "tiny.yaml" in out and "aliases" in out
+
+
+def test_configfile_and_unknown_config_keys_are_refused_with_the_safe_command(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY.format(data="d"))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d",
+           str(tmp_path), "-n", "--configfile", str(tmp_path / "tiny.yaml")]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and f"--config spec={tmp_path / 'tiny.yaml'}" in out
+    run = _snakemake(tmp_path, "lr=3", "-n")  # one more KEY=VALUE after spec=
+    assert run.returncode != 0 and "--config lr=...: unknown key" in run.stdout + run.stderr

@@ -19,14 +19,40 @@ from sparsebench.suite.workflow import (
 )
 
 
-def _load_spec():
-    cli_files = [str(f) for f in workflow.overwrite_configfiles]
-    if len(cli_files) > 1:
-        sys.exit(f"sparsebench: give one --configfile (a whole spec), got {cli_files}")
+def _spec_path():
+    """The spec's path, given as `--config spec=PATH`; the embedded default without it.
+
+    The spec goes to the suite's own loader as a path, never to Snakemake as a config file:
+    `--configfile` makes Snakemake parse the file itself before any of this runs, with its
+    own YAML rules and error messages, and evaluate the `?expressions` of a file whose first
+    key is `__use_yte__` (YTE templating, i.e. run code from the spec). By the time the suite
+    sees such a file, that has happened, so it is refused with the safe command."""
+    if workflow.overwrite_configfiles:
+        given = " ".join(str(f) for f in workflow.overwrite_configfiles)
+        sys.exit(
+            f"sparsebench: give the spec as `--config spec={given}`, not `--configfile {given}`: "
+            "--configfile has Snakemake read the file as its own config first (and evaluate "
+            "it as a template when its first key is __use_yte__); the suite reads specs itself"
+        )
+    extra = sorted(set(config) - {"spec"})
+    if extra:
+        sys.exit(
+            f"sparsebench: --config {extra[0]}=...: unknown key; the only one is spec=PATH "
+            "(the spec file; everything else is in the spec)"
+        )
+    given = config.get("spec")
+    if given is None:
+        return DEFAULT_SPEC
+    if not isinstance(given, str) or not given:
+        sys.exit(f"sparsebench: --config spec={given!r}: give the path of a spec file")
+    return given
+
+
+def _load_spec(path):
     try:
-        # Read the file with the suite's own YAML loader (1e-3 is a float, duplicate keys are
-        # errors) rather than Snakemake's `config`, which would keep "1e-3" as a string.
-        return load(cli_files[0] if cli_files else DEFAULT_SPEC)
+        # The suite's own YAML loader: 1e-3 is a float, duplicate keys, aliases past a bound
+        # and files past a size are errors, and every message names the file and the key.
+        return load(path)
     except (SpecError, ValueError) as e:
         sys.exit(f"sparsebench: invalid spec: {e}")
 
@@ -40,11 +66,9 @@ def _cores():
     return cores if isinstance(cores, int) else None
 
 
-SPEC = _load_spec()
+SPEC_FILE = str(_spec_path())
+SPEC = _load_spec(SPEC_FILE)
 BENCH = SPEC.benchmark
-SPEC_FILE = (
-    str(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else str(DEFAULT_SPEC)
-)
 CORES = _cores()
 # The interpreter that runs Snakemake runs the jobs: `.venv/bin/snakemake` works without
 # activating the venv (a bare `sparsebench` would not be on PATH).

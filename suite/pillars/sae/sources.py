@@ -211,7 +211,7 @@ def artefacts(sources: Mapping[str, Source], threads: int) -> list[Artefact]:
 
 def _how(artefact_id: str) -> str:
     return (
-        "it is made by the Snakemake workflow (snakemake --cores N --configfile SPEC) or "
+        "it is made by the Snakemake workflow (snakemake --cores N --config spec=SPEC) or "
         f"`sparsebench build sae --artefact {artefact_id} --spec SPEC`"
     )
 

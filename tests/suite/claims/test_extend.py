@@ -76,7 +76,7 @@ def test_the_cli_writes_the_spec_and_the_targets_and_judges_at_two_looks(run, ca
     assert "snip-set: about 32 seeds per cell would decide it" in out
     assert len((bench / "extend-seeds.targets").read_text().splitlines()) == 4
     targets, spec_out = bench / "extend-seeds.targets", bench / "extend-seeds.yaml"
-    assert f"snakemake --cores 2 $(cat {targets}) --configfile {spec_out}" in out
+    assert f"snakemake --cores 2 $(cat {targets}) --config spec={spec_out}" in out
     assert main(["claims", str(bench), str(claims_path), "--looks", "2"]) == 0
     page = (bench / "claims.md").read_text()
     assert "(at the 97.5% level)" in page and "97.5% interval" in page
