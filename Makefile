@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CORES ?= 2
 STAMP := $(VENV)/.sparsebench-installed
 
-.PHONY: bench test install lint clean-results oracles mutants
+.PHONY: bench test test-slow install lint clean-results oracles mutants
 
 install: $(STAMP)
 
@@ -30,9 +30,13 @@ bench: $(STAMP)
 	$(PY) -m sparsebench.suite.perf overhead results/default --wall $$((end - start)) \
 		--cores $(CORES) --since $$start
 
-# One pytest worker per core (pytest-xdist); `-n 0` runs them in one process.
+# One pytest worker per core (pytest-xdist); `-n 0` runs them in one process. The fault and
+# fuzz tests (marker `slow`) are `make test-slow`, which CI runs too.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal
+	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal -m "not slow"
+
+test-slow: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal -m slow
 
 # The oracle tests against published peers (SAELens, FusionBench, SparseProp), which `make
 # test` skips: a second venv layered on .venv (a .pth adds .venv's site-packages, so torch and

@@ -15,5 +15,17 @@ rule all:
     input:
         SUMMARY,
         PENDING,
+        RUNS_TABLES,
         CLAIMS_OUT,
     default_target: True
+
+
+# The workflow is alive at its end: a cell still "in flight" died on its own (a crash, an
+# out-of-memory kill), so its record stays failed. One killed together with the workflow never
+# reaches this, and the next run redoes it.
+onsuccess:
+    confirm_in_flight()
+
+
+onerror:
+    confirm_in_flight()

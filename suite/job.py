@@ -44,10 +44,39 @@ def base_record(spec, pillar: Pillar, cell: Cell, parallel_jobs: int) -> dict[st
     return out
 
 
+# Written before a cell runs, so that a death no exception reaches still leaves a record.
+# Until the workflow that ran it confirms it (:func:`confirm_deaths`, at its end), it means
+# "stopped while running": if the whole workflow was killed, the next run redoes the cell
+# (workflow.record_state); if the workflow lived on, the job died on its own and stays failed.
+IN_FLIGHT = (
+    "the process stopped while running this cell (killed with its workflow, out of memory, or "
+    "a crash in native code); the next run redoes it unless the workflow saw it die"
+)
 DIED = (
     "the process died while running this cell (killed, out of memory, or a crash in native "
     "code); see the job's log"
 )
+
+
+def confirm_deaths(records: Sequence[str | Path], since: float) -> list[Path]:
+    """Turn the in-flight records among ``records`` written since ``since`` (a time stamp)
+    into failed ones (:data:`DIED`): called by a workflow that is still alive at its end, so
+    the processes that left them died on their own. Returns the records it changed."""
+    import json
+
+    changed = []
+    for path in map(Path, records):
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("error") == IN_FLIGHT:
+            data["error"] = DIED
+            rec.write_json_atomic(path, data)
+            changed.append(path)
+    return changed
 
 
 def _failed(spec, pillar: Pillar, cell: Cell, parallel_jobs: int, error: str) -> dict[str, Any]:
@@ -63,11 +92,12 @@ def run_one(
 ) -> dict[str, Any]:
     """Run ``cell`` and write its record to ``out`` atomically, whatever happens.
 
-    Before the cell runs, a failed record saying that the process died is written, so that a
-    crash no exception reaches (segfault, out-of-memory kill) still leaves a failed record; an
-    interruption (Ctrl-C, SIGTERM) removes it again, so the cell simply reruns. A record that
-    cannot be written (a metric that is not JSON) becomes a failed record naming the error."""
-    rec.write_json_atomic(out, _failed(spec, pillar, cell, parallel_jobs, DIED))
+    Before the cell runs, a record saying that it is in flight (:data:`IN_FLIGHT`) is written,
+    so that a crash no exception reaches (segfault, out-of-memory kill) still leaves a failed
+    record; an interruption (Ctrl-C, SIGTERM) removes it again, so the cell simply reruns. A
+    record that cannot be written (a metric that is not JSON) becomes a failed record naming
+    the error."""
+    rec.write_json_atomic(out, _failed(spec, pillar, cell, parallel_jobs, IN_FLIGHT))
     record = base_record(spec, pillar, cell, parallel_jobs)
     record["started_at"] = rec.now_iso()
     t0 = time.perf_counter()

@@ -216,11 +216,30 @@ def _read_previous(path: Path) -> pl.DataFrame | None:
     return old if set(STAT_KEY) <= set(old.columns) else None
 
 
+def read_runs(path: str | Path) -> pl.DataFrame:
+    """A pillar's ``runs.parquet``; TableError naming the file and how to rebuild it when it is
+    missing or not a readable table (it is made from the records, so nothing is lost)."""
+    path = Path(path)
+    rebuild = (
+        f"it is rebuilt from the records by `sparsebench aggregate {path.parent.parent} "
+        f"--pillar {path.parent.name}` (or the next snakemake run once it is removed)"
+    )
+    if not path.is_file():
+        raise TableError(f"{path}: no runs table here; run the benchmark first, or {rebuild}")
+    try:  # glob=False: a folder named like a pattern (bench?) must not read its siblings
+        return pl.read_parquet(path, glob=False)
+    except (OSError, pl.exceptions.PolarsError) as e:
+        raise TableError(
+            f"{path}: not a readable runs table ({type(e).__name__}: {str(e).splitlines()[0]}); "
+            f"{rebuild}"
+        ) from None
+
+
 def write_board(pillar: Pillar | str, runs_parquet: Path, log: str | None = None) -> dict:
     """The pillar's board from its ``runs.parquet`` alone, into the same folder (the rule
     ``board_<pillar>``, after the aggregation; the written files are listed in ``log``)."""
     pillar = get_pillar(pillar) if isinstance(pillar, str) else pillar
-    runs = pl.read_parquet(runs_parquet)
+    runs = read_runs(runs_parquet)
     if runs.height == 0:
         raise TableError(f"{runs_parquet} is empty: nothing to rank; run the benchmark first")
     files = pillar.board(runs, Path(runs_parquet).parent)
@@ -239,7 +258,7 @@ def write_summary(bench_folder: Path, top: int = 3, log: str | None = None) -> P
         table = paths.runs_table_in(folder)
         if name not in pillars or not table.is_file():
             continue
-        runs = pl.read_parquet(table, glob=False)
+        runs = read_runs(table)
         n_ok = runs.filter(pl.col("status") == "ok").height
         top_rows = pillars[name].summary(runs, top).strip("\n")
         lines += [

@@ -15,12 +15,13 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparsebench.suite import paths
+from sparsebench.suite.job import IN_FLIGHT
 from sparsebench.suite.pillar import Artefact, Cell, get_pillar
 
 
@@ -65,6 +66,8 @@ def record_state(record: Path, cell: Cell) -> str:
     except (OSError, ValueError):
         return "stale"
     ok = isinstance(data, dict) and data.get("trigger") == cell.trigger_hash
+    if ok and data.get("error") == IN_FLIGHT:  # its workflow was killed while it ran
+        return "stale"
     return "done" if ok else "stale"
 
 
@@ -95,6 +98,31 @@ def write_stale_markers(bench: str, batches_: dict[str, list[Batch]]) -> None:
                 if current != c.trigger_hash:
                     marker.parent.mkdir(parents=True, exist_ok=True)
                     marker.write_text(c.trigger_hash)
+
+
+def parquet_intact(path: Path) -> bool:
+    """Whether ``path`` starts and ends with parquet's magic bytes (a cheap check, no polars:
+    a truncated or overwritten table fails it)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+            f.seek(-4, 2)
+            return head == b"PAR1" and f.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
+def drop_broken_tables(bench: str, pillars: Iterable[str]) -> list[Path]:
+    """Remove each pillar's ``runs.parquet`` that is not an intact parquet file, so that
+    Snakemake rebuilds it from the records (it would keep it: it is newer than they are).
+    Returns the removed paths; nothing is lost, the records hold every row."""
+    removed = []
+    for name in pillars:
+        table = paths.runs_table(bench, name)
+        if table.is_file() and not parquet_intact(table):
+            table.unlink()
+            removed.append(table)
+    return removed
 
 
 def _safe(name: str) -> str:

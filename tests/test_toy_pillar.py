@@ -135,3 +135,97 @@ def test_ctrl_c_keeps_finished_records_and_forgets_the_interrupted_cell(tmp_path
     proc.wait(timeout=60)
     assert json.loads((runs / "v1" / "record.json").read_text())["status"] == "ok"
     assert not (runs / "v77" / "record.json").exists()  # pending again, not a failed record
+
+
+def test_a_broken_runs_table_is_named_by_the_cli_and_rebuilt_by_the_next_run(tmp_path):
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 2]}\n")
+    assert _snakemake(tmp_path, "--cores", "1").returncode == 0
+    folder = tmp_path / "results" / "toyb" / "toy"
+    table = folder / "runs.parquet"
+    table.write_bytes(b"not a parquet file")
+    env = dict(os.environ, PYTHONPATH=str(REPO), SPARSEBENCH_PLUGINS="tests.toy_pillar")
+    for cmd in (["board", str(folder.parent), "--pillar", "toy"], ["summary", str(folder.parent)]):
+        run = subprocess.run([sys.executable, "-m", "sparsebench.suite.cli", *cmd], env=env,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+        assert f"{table}: not a readable runs table" in run.stderr
+    record = folder / "runs" / "v1" / "record.json"
+    before = record.stat().st_mtime_ns
+    again = _snakemake(tmp_path, "--cores", "1")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "was not a readable table; rebuilding it" in again.stderr
+    assert pl.read_parquet(table).height == 2 and record.stat().st_mtime_ns == before
+
+
+def _start(tmp_path, env):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+           "--config", f"spec={tmp_path / 'toy.yaml'}", "--cores", "1"]  # fmt: skip
+    return subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def _wait_for(path, seconds=120):
+    import time
+
+    for _ in range(seconds * 2):
+        if path.exists():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{path} did not appear")
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_workflow_redoes_the_cell_in_flight_on_a_plain_rerun(tmp_path):
+    """The whole process group killed (a power cut, an OOM killer taking Snakemake too): the
+    cell in flight keeps an in-flight record, and the next plain run (after --unlock, the
+    lock Snakemake leaves) redoes it and nothing else."""
+    import signal
+
+    from sparsebench.suite.job import IN_FLIGHT
+
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 77]}\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), SPARSEBENCH_PLUGINS="tests.toy_pillar")
+    proc = _start(tmp_path, env)
+    runs = tmp_path / "results" / "toyb" / "toy" / "runs"
+    _wait_for(runs / "v77" / "record.json")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert json.loads((runs / "v77" / "record.json").read_text())["error"] == IN_FLIGHT
+    v1 = (runs / "v1" / "record.json").stat().st_mtime_ns
+    assert _snakemake(tmp_path, "--unlock").returncode == 0
+    env["TOY_SLEEP"] = "0"
+    again = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+         "--config", f"spec={tmp_path / 'toy.yaml'}", "--cores", "1"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((runs / "v77" / "record.json").read_text())["status"] == "ok"
+    assert (runs / "v1" / "record.json").stat().st_mtime_ns == v1
+
+
+@pytest.mark.slow
+def test_kill_of_the_main_process_only_lets_its_jobs_finish_their_records(tmp_path):
+    """Snakemake alone killed while a job runs: the job (its own process) finishes and writes
+    its record; the next run, after --unlock, does only what is still missing."""
+    import signal
+
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [77, 5]}\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), SPARSEBENCH_PLUGINS="tests.toy_pillar",
+               TOY_SLEEP="6")  # fmt: skip
+    proc = _start(tmp_path, env)
+    runs = tmp_path / "results" / "toyb" / "toy" / "runs"
+    _wait_for(runs / "v77" / "record.json")
+    os.kill(proc.pid, signal.SIGKILL)  # the main process, not its group
+    proc.wait(timeout=60)
+    import time
+
+    for _ in range(60):
+        if json.loads((runs / "v77" / "record.json").read_text())["status"] == "ok":
+            break
+        time.sleep(0.5)
+    assert json.loads((runs / "v77" / "record.json").read_text())["status"] == "ok"
+    assert _snakemake(tmp_path, "--unlock").returncode == 0
+    again = _snakemake(tmp_path, "--cores", "1")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((runs / "v5" / "record.json").read_text())["square"] == 25.0

@@ -890,6 +890,7 @@ def load_tables(bench_dir, pillars: set[str]) -> dict[str, pl.DataFrame | None]:
     from pathlib import Path
 
     from sparsebench.suite import paths
+    from sparsebench.suite.tables import TableError, read_runs
 
     out: dict[str, pl.DataFrame | None] = {}
     for name in pillars:
@@ -897,13 +898,10 @@ def load_tables(bench_dir, pillars: set[str]) -> dict[str, pl.DataFrame | None]:
         if not path.is_file():
             out[name] = None
             continue
-        try:  # glob=False: a folder named like a pattern (bench?) must not read its siblings
-            out[name] = pl.read_parquet(path, glob=False)
-        except (pl.exceptions.PolarsError, OSError) as e:
-            raise ClaimError(
-                f"{path}: not a readable runs table ({type(e).__name__}: {e}); rebuild it with "
-                f"`sparsebench aggregate {bench_dir} --pillar {name}`"
-            ) from None
+        try:
+            out[name] = read_runs(path)
+        except TableError as e:
+            raise ClaimError(str(e)) from None
     return out
 
 

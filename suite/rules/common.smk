@@ -5,13 +5,16 @@ import os
 from pathlib import Path
 import shlex
 import sys
+import time
 
 from sparsebench.suite import paths
+from sparsebench.suite.job import confirm_deaths
 from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
 from sparsebench.suite.workflow import (
     artefact_batches,
     batches,
+    drop_broken_tables,
     load_artefact_plan,
     load_plan,
     save_plan,
@@ -87,6 +90,8 @@ RECORDS = {
 # must exist as planned.
 PLAN = paths.bench_dir(BENCH) / "logs" / "plan.json"
 if workflow.is_main_process:
+    for _table in drop_broken_tables(BENCH, PILLARS):
+        print(f"sparsebench: {_table} was not a readable table; rebuilding it", file=sys.stderr)
     BATCHES = batches(BENCH, CELLS, CORES)
     ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
     write_stale_markers(BENCH, BATCHES)
@@ -96,6 +101,14 @@ else:
     ARTEFACT_BATCHES = load_artefact_plan(PLAN, ARTEFACTS)
     if ARTEFACT_BATCHES is None:
         ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
+RUN_START = time.time()
+
+
+def confirm_in_flight():
+    if not workflow.dryrun:
+        confirm_deaths(PENDING, RUN_START)
+
+
 # Captions of the report's generic items (pillars' plot captions live with the pillars).
 REPORT_CAPTIONS = Path(paths.__file__).parent / "rules" / "report"
 # The environment of every rule under --use-conda (the same packages as the pip install).
@@ -136,6 +149,8 @@ def board_outputs(name):
 # would otherwise be skipped. Their mtime then reruns the tables downstream.
 PENDING = sorted(r for bs in BATCHES.values() for b in bs for r in b.records(BENCH))
 ALL_BOARDS = [f for name in PILLARS for f in paths.board_files(BENCH, name)]
+# Targets too, for the same reason: a table removed because it was broken is remade.
+RUNS_TABLES = [str(paths.runs_table(BENCH, name)) for name in PILLARS]
 SUMMARY = str(paths.summary(BENCH))
 # The spec's claim files (judged by the rule claims at the end) and what that rule writes
 # (claims.html flagged for --report).
