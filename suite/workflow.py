@@ -100,6 +100,23 @@ def write_stale_markers(bench: str, batches_: dict[str, list[Batch]]) -> None:
                     marker.write_text(c.trigger_hash)
 
 
+def unwritable(folders: Iterable[Path]) -> str | None:
+    """A message naming the first of ``folders`` (or its nearest existing parent, where it is
+    still to be made) that this user cannot write into; None when all can be written."""
+    import os
+
+    for folder in folders:
+        probe = Path(folder).absolute()
+        while not probe.exists() and probe.parent != probe:
+            probe = probe.parent
+        if not os.access(probe, os.W_OK | os.X_OK):
+            return (
+                f"{probe} is not writable by this user (the run writes {folder}); make it "
+                "writable (chmod u+w) or run from another folder"
+            )
+    return None
+
+
 def parquet_intact(path: Path) -> bool:
     """Whether ``path`` starts and ends with parquet's magic bytes (a cheap check, no polars:
     a truncated or overwritten table fails it)."""

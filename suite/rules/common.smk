@@ -18,6 +18,7 @@ from sparsebench.suite.workflow import (
     load_artefact_plan,
     load_plan,
     save_plan,
+    unwritable,
     write_stale_markers,
 )
 
@@ -90,6 +91,9 @@ RECORDS = {
 # must exist as planned.
 PLAN = paths.bench_dir(BENCH) / "logs" / "plan.json"
 if workflow.is_main_process:
+    _blocked = unwritable([paths.bench_dir(BENCH), paths.artefact_root()])
+    if _blocked:
+        sys.exit(f"sparsebench: {_blocked}")
     for _table in drop_broken_tables(BENCH, PILLARS):
         print(f"sparsebench: {_table} was not a readable table; rebuilding it", file=sys.stderr)
     BATCHES = batches(BENCH, CELLS, CORES)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sparsebench.suite import paths, workflow
 from sparsebench.suite.pillar import Cell
 from sparsebench.suite.record import write_json_atomic
@@ -97,3 +99,20 @@ def test_a_jobs_own_parse_reads_the_planned_batches_and_missing_artefacts(tmp_pa
         [c.id for c in b.cells] for b in planned["classification"]
     ]
     assert workflow.load_artefact_plan(tmp_path / "none.json", arts) is None
+
+
+def test_a_folder_the_user_cannot_write_is_named_before_any_job(tmp_path, monkeypatch):
+    """A read-only results folder is named with the folder the run wanted; one still to be
+    made inside a writable parent passes. os.access stands in for the permissions: the tests
+    may run as root, who may write anywhere."""
+    import os
+
+    ro = tmp_path / "ro" / "results"
+    ro.mkdir(parents=True)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != ro and real(p, mode))
+    message = workflow.unwritable([ro / "b" / "c"])
+    assert message.startswith(
+        f"{ro} is not writable by this user (the run writes {ro / 'b' / 'c'})"
+    )
+    assert workflow.unwritable([tmp_path / "ok" / "results" / "b"]) is None

@@ -186,6 +186,23 @@ def check_base(artefact_id: str, meta: Mapping[str, Any], base_id_: str, base_ha
         )
 
 
+def check_trunk(artefact_id: str, tensors: Mapping[str, torch.Tensor], base) -> None:
+    """Refuse an artefact whose trunk tensors differ from θ0's in name, shape or dtype (a
+    merge would fail deep inside a matrix product, naming no file)."""
+    trunk, _ = split_head(tensors) if "head.weight" in tensors else (tensors, None)
+    for name, want in base.items():
+        if name.startswith("head."):  # θ0's own pre-training head, if any, is not merged
+            continue
+        got = trunk.get(name)
+        if got is None or got.shape != want.shape or got.dtype != want.dtype:
+            found = "missing" if got is None else f"{got.dtype} {list(got.shape)}"
+            raise ValueError(
+                f"{files(artefact_id)[0]}: tensor {name!r} is {found}, θ0's is {want.dtype} "
+                f"{list(want.shape)}; delete its folder {paths.artefact(PILLAR, artefact_id)} "
+                "and rerun to rebuild it"
+            )
+
+
 def split_head(tensors: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], tuple]:
     """(trunk state dict, (head weight, head bias)) of an expert file."""
     trunk = {k: v for k, v in tensors.items() if not k.startswith("head.")}

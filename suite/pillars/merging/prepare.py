@@ -34,16 +34,18 @@ class MergingState:
         return dataclasses.replace(state, artefacts=own) if own else state
 
 
-def _load_from(section: Mapping[str, Any], aid: str, model: str, seed: int, base_hash: str):
-    """The tensors of artefact ``aid``, refused unless it was made from this batch's θ0."""
+def _load_from(section: Mapping[str, Any], aid: str, model: str, seed: int, base, base_hash: str):
+    """The tensors of artefact ``aid``, refused unless it was made from this batch's θ0 and
+    its trunk has θ0's names, shapes and dtypes."""
     tensors, meta = arts.load(aid)
     arts.check_base(aid, meta, arts.base_id(section, model, seed), base_hash)
+    arts.check_trunk(aid, tensors, base)
     return tensors
 
 
 def _own_artefacts(
     section: Mapping[str, Any], cell: Cell, cache: dict[str, dict[str, torch.Tensor]],
-    base_hash: str,
+    base: dict[str, torch.Tensor], base_hash: str,
 ) -> dict[str, list[dict[str, torch.Tensor]]]:  # fmt: skip
     """kind -> per-task tensors of the artefacts ``cell``'s method setting declares."""
     info = registry.get_method(cell.method, ("merging",))
@@ -55,7 +57,7 @@ def _own_artefacts(
         for t in section["tasks"]:
             aid = arts.method_artefact_id(section, model, cell.seed, t, cell.method, request)
             if aid not in cache:
-                cache[aid] = _load_from(section, aid, model, cell.seed, base_hash)
+                cache[aid] = _load_from(section, aid, model, cell.seed, base, base_hash)
             per_task.append(cache[aid])
         out[request.kind] = per_task
     return out
@@ -72,14 +74,14 @@ def load_state(section: Mapping[str, Any], data_root: str, cells: Sequence[Cell]
         experts, heads = [], []
         for t in section["tasks"]:
             eid = arts.expert_id(section, model, seed, t)
-            trunk, head = arts.split_head(_load_from(section, eid, model, seed, base_hash))
+            trunk, head = arts.split_head(_load_from(section, eid, model, seed, base, base_hash))
             experts.append(trunk)
             heads.append(head)
         mine = [c for c in cells if c.columns["model"] == model and c.seed == seed]
         multitask = None
         if any(c.method == "multitask" and c.columns["kind"] == "reference" for c in mine):
             mid = arts.multitask_id(section, model, seed)
-            multitask = _load_from(section, mid, model, seed, base_hash)
+            multitask = _load_from(section, mid, model, seed, base, base_hash)
         bank = TaskBank(cfg, heads, tasks)
         state = BatchState(
             cfg, bank, base, experts, multitask, select_examples=section["select_examples"]
@@ -93,7 +95,7 @@ def load_state(section: Mapping[str, Any], data_root: str, cells: Sequence[Cell]
         out.states[(model, seed)] = state
         for c in mine:
             if c.columns["kind"] == "merge":
-                own = _own_artefacts(section, c, cache, base_hash)
+                own = _own_artefacts(section, c, cache, base, base_hash)
                 if own:
                     out.own[c.id] = own
     return out

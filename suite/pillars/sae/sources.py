@@ -34,6 +34,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -406,6 +407,13 @@ def load(raw: Mapping[str, Any] | Source, seed: int) -> Activations:
         )  # fmt: skip
     aid = acts_id(src)
     t, meta = tensorfile.load(*files(aid), _how(aid), "SAE artefact")
+    for split in ("train", "eval"):
+        if t[split].ndim != 2 or t[split].shape[1] != src.d or meta.get("d") != src.d:
+            raise tensorfile.ArtefactError(
+                f"SAE artefact {files(aid)[0]}: {split} activations are {list(t[split].shape)} "
+                f"(meta d = {meta.get('d')!r}), but hookpoint {src.hookpoint} has d = {src.d}; "
+                f"remove {Path(files(aid)[0]).parent} and rebuild it: {_how(aid)}"
+            )
     c = input_scale(t["train"])
     acts = Activations(
         src.kind, t["train"] * c, t["eval"] * c, c, None, load_model(src), src.hookpoint,

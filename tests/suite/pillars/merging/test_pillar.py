@@ -4,6 +4,7 @@ spec errors, and a job's clear errors on a missing expert or mismatched architec
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -345,6 +346,34 @@ def test_an_expert_made_from_another_theta0_is_refused_by_name(tmp_path, monkeyp
     err = record["error"]
     assert "digits_mirror" in err and "meta.json" in err and "base_sha256" in err
     assert "another θ0" in err and "delete its folder" in err
+
+
+@pytest.mark.parametrize("fault", ["nan", "shape", "dtype", "truncated"])
+def test_a_corrupted_expert_fails_the_cell_naming_its_file(tmp_path, monkeypatch, fault):
+    """An all-NaN expert (written so, hash and all), one of θ0's tensors in another shape or
+    dtype (an expert from another trunk, hashes consistent), a truncated file: each a failed
+    record naming the expert's file and how to rebuild it, never an ok merge."""
+    monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
+    spec = _spec(methods={"task_arithmetic": {"lam": 0.3}}, references=[])
+    _save_batch(spec)
+    sec = spec.data["merging"]
+    eid = arts.expert_id(sec, "mlp", 0, "digits")
+    tensors, meta = arts.load(eid)
+    name = next(k for k in tensors if tensors[k].ndim == 2 and not k.startswith("head."))
+    if fault == "nan":
+        tensors[name] = torch.full_like(tensors[name], float("nan"))
+    elif fault == "shape":
+        tensors[name] = tensors[name].reshape(-1)
+    elif fault == "dtype":
+        tensors[name] = tensors[name].double()
+    keep = {k: v for k, v in meta.items() if k not in ("sha256", "tensors", "written_at")}
+    arts.save(eid, tensors, keep)
+    model_file = arts.files(eid)[0]
+    if fault == "truncated":
+        Path(model_file).write_bytes(Path(model_file).read_bytes()[:100])
+    [record] = run_batch(spec, PILLAR, PILLAR.cells(spec), root=tmp_path, progress=lambda m: None)
+    assert record["status"] == "failed"
+    assert model_file in record["error"] and "rebuild" in record["error"], record["error"]
 
 
 def test_experts_made_from_the_batchs_theta0_merge(tmp_path, monkeypatch):
