@@ -36,7 +36,7 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal -m "not slow"
 
 test-slow: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal -m slow
+	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile -m slow
 
 # The oracle tests against published peers (SAELens, FusionBench, SparseProp), which `make
 # test` skips: a second venv layered on .venv (a .pth adds .venv's site-packages, so torch and
