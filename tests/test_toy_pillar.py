@@ -229,3 +229,53 @@ def test_kill_of_the_main_process_only_lets_its_jobs_finish_their_records(tmp_pa
     again = _snakemake(tmp_path, "--cores", "1")
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((runs / "v5" / "record.json").read_text())["square"] == 25.0
+
+
+@pytest.mark.slow
+def test_a_killed_artefact_build_leaves_nothing_half_made_and_is_rebuilt(tmp_path):
+    """kill -9 of the workflow while an artefact is being built: no artefact (the sidecar,
+    written last, marks it complete) and no temporary file; the next run builds it and runs
+    the cells."""
+    import signal
+
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 2], base: 3}\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), SPARSEBENCH_PLUGINS="tests.toy_pillar",
+               TOY_BUILD_SLEEP="60")  # fmt: skip
+    proc = _start(tmp_path, env)
+    log = tmp_path / "results" / "artefacts" / "toy" / "logs"
+    _wait_for(log)
+    import time
+
+    for _ in range(120):  # the build job has started (its log names it)
+        if any("building toy" in f.read_text() for f in log.glob("*.log")):
+            break
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    folder = tmp_path / "results" / "artefacts" / "toy" / "base-3"
+    assert not (folder / "meta.json").exists()
+    assert not list(folder.glob(".*.tmp")) if folder.exists() else True
+    assert _snakemake(tmp_path, "--unlock").returncode == 0
+    again = _snakemake(tmp_path, "--cores", "1")
+    assert again.returncode == 0, again.stderr[-2000:]
+    runs = tmp_path / "results" / "toyb" / "toy" / "runs"
+    assert json.loads((runs / "v2" / "record.json").read_text())["square"] == 4.0
+
+
+@pytest.mark.slow
+def test_a_corrupted_artefact_fails_its_cells_naming_the_file(tmp_path):
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1], base: 3}\n")
+    assert _snakemake(tmp_path, "--cores", "1").returncode == 0
+    tensors = tmp_path / "results" / "artefacts" / "toy" / "base-3" / "t.safetensors"
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.randn(3)}, str(tensors))  # noise of the same shape
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 5], base: 3}\n")
+    _snakemake(tmp_path, "--cores", "1")
+    runs = tmp_path / "results" / "toyb" / "toy" / "runs"
+    bad = json.loads((runs / "v5" / "record.json").read_text())
+    assert (
+        bad["status"] == "failed" and "results/artefacts/toy/base-3/t.safetensors" in bad["error"]
+    )
+    assert "SHA-256 differs" in bad["error"] and "remove" in bad["error"]

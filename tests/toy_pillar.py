@@ -1,6 +1,8 @@
 """A toy pillar defined only in the tests: the proof that a pillar is one module and nothing
 in the spine. Spec section ``toy: {values: [...]}``; one cell per value; its job writes the
-value's square (-1 fails, 99 kills the process, 77 takes two minutes). Loaded through
+value's square (-1 fails, 99 kills the process, 77 takes two minutes). With ``base: n`` every
+cell first reads an artefact, a tensor of n ones built once (``TOY_BUILD_SLEEP`` seconds of
+building, to be interrupted), through the suite's artefact loader. Loaded through
 ``SPARSEBENCH_PLUGINS=tests.toy_pillar``."""
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from pathlib import Path
 
 import polars as pl
 
+from sparsebench.suite import paths, tensorfile
 from sparsebench.suite.boards import write_board_files
-from sparsebench.suite.pillar import Cell, Metric, Pillar, register_pillar
+from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, register_pillar
 
 
 @register_pillar
@@ -37,11 +40,31 @@ class ToyPillar(Pillar):
                 "type": "object",
                 "additionalProperties": False,
                 "required": ["values"],
-                "properties": {"values": values},
+                "properties": {"values": values, "base": {"type": "integer", "minimum": 1}},
             }
         }
 
+    def _base(self, spec):
+        n = spec.data["toy"].get("base")
+        if n is None:
+            return None
+        folder = paths.artefact(self.name, f"base-{n}")
+        return Artefact(self.name, f"base-{n}", f"base of {n}",
+                        (str(folder / "t.safetensors"), str(folder / "meta.json")),
+                        params={"n": n})  # fmt: skip
+
+    def artefacts(self, spec):
+        base = self._base(spec)
+        return [base] if base else []
+
+    def build(self, spec, artefact):
+        import torch
+
+        time.sleep(float(os.environ.get("TOY_BUILD_SLEEP", "0")))
+        tensorfile.save(*artefact.outputs, {"w": torch.ones(artefact.params["n"])}, {})
+
     def cells(self, spec):
+        base = self._base(spec)
         return [
             Cell(
                 self.name,
@@ -50,11 +73,14 @@ class ToyPillar(Pillar):
                 "square",
                 trigger={"v": v},
                 columns={"value": float(v)},
+                inputs=base.outputs if base else (),
             )  # fmt: skip
             for v in spec.data["toy"]["values"]
         ]
 
     def run_cell(self, spec, cell, state):
+        if cell.inputs:
+            tensorfile.load(*cell.inputs, "the toy's rule builds it", "toy artefact")
         if cell.columns["value"] == 99:  # a crash no exception reaches (as a segfault)
             os._exit(3)
         if cell.columns["value"] == 77:  # a long cell, to be interrupted (a rerun may shorten it)
