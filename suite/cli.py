@@ -326,7 +326,16 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sparsebench", description=__doc__.split("\n\n")[0])
+    from sparsebench import __version__
+
+    p = argparse.ArgumentParser(
+        prog="sparsebench",
+        description="sparsebench: benchmarks of sparse neural networks, their boards and the "
+        "claims of papers judged against them. A benchmark runs with snakemake "
+        "--cores N --config spec=SPEC; these commands check specs, rebuild boards and judge "
+        "claims from the records.",
+    )
+    p.add_argument("--version", action="version", version=f"sparsebench {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run cells of one pillar in this process, one record each")

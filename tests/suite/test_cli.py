@@ -87,3 +87,22 @@ def test_validate_into_a_closed_pipe_is_not_a_traceback(monkeypatch):
     spec = Path(__file__).parents[2] / "suite/benchmarks/default.yaml"
     assert main(["validate", str(spec)]) == 0
     assert redirected == [99]  # stdout pointed at /dev/null for the final flush
+
+
+def test_every_results_command_on_a_missing_or_empty_folder_is_one_clear_error(tmp_path, capsys):
+    """A user error is exit 2 and one `error:` line naming the folder, never a traceback."""
+    import pytest
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    commands = [["aggregate"], ["board", "--pillar", "classification"], ["summary"],
+                ["leaderboard"], ["retry-failed"]]  # fmt: skip
+    for folder in (tmp_path / "missing", empty):
+        for cmd in commands:
+            assert main([cmd[0], str(folder), *cmd[1:]]) == 2, cmd
+            err = capsys.readouterr().err
+            assert err.startswith("error: ") and str(folder) in err, (cmd, err)
+            assert "Traceback" not in err
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("sparsebench ")
