@@ -20,6 +20,10 @@ rule all:
     default_target: True
 
 
+onstart:
+    save_run_plan()
+
+
 # The workflow is alive at its end: a cell still "in flight" died on its own (a crash, an
 # out-of-memory kill), so its record stays failed. One killed together with the workflow never
 # reaches this, and the next run redoes it.

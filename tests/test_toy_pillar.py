@@ -279,3 +279,21 @@ def test_a_corrupted_artefact_fails_its_cells_naming_the_file(tmp_path):
         bad["status"] == "failed" and "results/artefacts/toy/base-3/t.safetensors" in bad["error"]
     )
     assert "SHA-256 differs" in bad["error"] and "remove" in bad["error"]
+
+
+def _tree(folder: Path) -> dict:
+    return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*")
+            if p.is_file()}  # fmt: skip
+
+
+def test_a_dry_run_writes_nothing(tmp_path):
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 2]}\n")
+    dry = _snakemake(tmp_path, "-n")
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert not (tmp_path / "results").exists()
+    assert _snakemake(tmp_path, "--cores", "1").returncode == 0
+    before = _tree(tmp_path / "results")
+    (tmp_path / "toy.yaml").write_text("benchmark: toyb\ntoy: {values: [1, 2, 3]}\n")
+    dry = _snakemake(tmp_path, "-n")
+    assert dry.returncode == 0 and "v3" in dry.stdout + dry.stderr
+    assert _tree(tmp_path / "results") == before

@@ -98,14 +98,19 @@ if workflow.is_main_process:
         print(f"sparsebench: {_table} was not a readable table; rebuilding it", file=sys.stderr)
     BATCHES = batches(BENCH, CELLS, CORES)
     ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
-    write_stale_markers(BENCH, BATCHES)
-    save_plan(PLAN, BATCHES, ARTEFACT_BATCHES)
+    write_stale_markers(BENCH, BATCHES)  # inputs of the DAG: a dry run needs them too
 else:
     BATCHES = load_plan(PLAN, CELLS) or batches(BENCH, CELLS, CORES)
     ARTEFACT_BATCHES = load_artefact_plan(PLAN, ARTEFACTS)
     if ARTEFACT_BATCHES is None:
         ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
 RUN_START = time.time()
+
+
+def save_run_plan():
+    """The plan the jobs' own parses reuse, saved when a run starts (Snakemake's onstart:
+    never in a dry run or --lint, which write nothing)."""
+    save_plan(PLAN, BATCHES, ARTEFACT_BATCHES)
 
 
 def confirm_in_flight():
