@@ -167,6 +167,27 @@ class SpecLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# Integers as YAML 1.2 reads them: decimal (leading zeros allowed: 064 is 64), 0o octal, 0x
+# hex. PyYAML's YAML 1.1 rules would read 064 as 52 and 1:00 as 60, silently. The resolver
+# lists are rebuilt rather than appended to, as appending would change SafeLoader's too.
+_INT = "tag:yaml.org,2002:int"
+SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in pairs if tag != _INT]
+    for first, pairs in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+SpecLoader.add_implicit_resolver(
+    _INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = loader.construct_scalar(node)
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+SpecLoader.add_constructor(_INT, _construct_int)
 SpecLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
@@ -200,6 +221,10 @@ NAME_REGEX = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 SEED_MAX = 2**32 - 1
 # Integers a float, a JSON reader and a polars Int64 column all hold exactly.
 INT_BOUND = 2**53
+# Lists of values (grid axes, seeds, sizes) and a method's grid: beyond these a spec plans
+# for minutes before it could run, and would run for years.
+MAX_LIST = 1000
+MAX_GRID = 10_000
 
 
 def _scalar_type(schema: Any) -> bool:
@@ -213,7 +238,7 @@ def harden(node: Any, key: str = "") -> Any:
     follow :data:`NAME_REGEX` and :data:`NAME_MAX_LEN`; every integer lies within
     ±:data:`INT_BOUND`, and a ``seed`` or ``seeds`` within [0, :data:`SEED_MAX`]; every list of
     plain values that is not a fixed-length tuple holds each value once (a repeated grid value
-    or seed would plan the same cell twice)."""
+    or seed would plan the same cell twice) and at most :data:`MAX_LIST` of them."""
     if isinstance(node, list):
         for item in node:
             harden(item, key)
@@ -233,6 +258,7 @@ def harden(node: Any, key: str = "") -> Any:
         fixed = node.get("minItems") is not None and node.get("minItems") == node.get("maxItems")
         if not fixed:
             node.setdefault("uniqueItems", True)
+            node.setdefault("maxItems", MAX_LIST)
     for k, v in node.items():
         if k == "properties" and isinstance(v, dict):
             for name, sub in v.items():
@@ -290,6 +316,12 @@ def expand_grid(info: registry.MethodInfo, raw: dict[str, Any] | None, where: st
     raw = raw or {}
     keys = sorted(raw)
     axes = [raw[k] if isinstance(raw[k], list) else [raw[k]] for k in keys]
+    if math.prod(len(a) for a in axes) > MAX_GRID:
+        raise SpecError(
+            f"{where}: the grid has {math.prod(len(a) for a in axes)} points "
+            f"({' x '.join(str(len(a)) for a in axes)}), more than the {MAX_GRID} allowed "
+            "per method; split it over several specs"
+        )
     for key, axis in zip(keys, axes):
         if not axis:
             raise SpecError(f"{where}.{key}: empty list; give at least one value")
@@ -356,11 +388,35 @@ def first_non_finite(value: Any, path: tuple = ()) -> tuple[tuple, Any] | None:
     return None
 
 
+def show_number(value: Any) -> str:
+    """``repr`` of a number for a message, but an integer of hundreds of digits (which
+    Python refuses to print past 4,300) as its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3300:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return repr(value)
+
+
 def _refuse_non_finite(value: Any, source: str) -> None:
     """Refuse a number that is not finite anywhere in a spec, naming the key."""
     if (found := first_non_finite(value)) is not None:
         path, bad = found
-        raise SpecError(f"{source}: {keypath(path)}: {bad!r} is not a finite number")
+        raise SpecError(f"{source}: {keypath(path)}: {show_number(bad)} is not a finite number")
+
+
+def _refuse_non_string_keys(value: Any, source: str, path: tuple = ()) -> None:
+    """Every key of a spec is a name or a parameter: text. YAML reads ``-1:``, ``1.5:`` or
+    ``true:`` as numbers, which the schema's name rules (for strings) would not see."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise SpecError(
+                    f"{source}: {keypath(path) if path else '(top level)'}: key {k!r} is a "
+                    f"{type(k).__name__}, not text; quote it ('{k}') if it is a name"
+                )
+            _refuse_non_string_keys(v, source, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _refuse_non_string_keys(v, source, (*path, i))
 
 
 def validate(data: Any, source: str = "<spec>") -> Spec:
@@ -375,6 +431,7 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the spec must be a YAML mapping, got {type(data).__name__}")
     _refuse_non_finite(data, source)
+    _refuse_non_string_keys(data, source)
     _refuse_moved_keys(data, source)
     schema = _schema(data)
     data = copy.deepcopy(data)
@@ -396,7 +453,17 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
         pillar = all_pillars()[name]
         try:
             pillar.check(spec)
-            if not pillar.cells(spec):
+            cells = pillar.cells(spec)
+            ids = [c.id for c in cells]
+            if len(set(ids)) < len(ids):
+                twice = next(i for i in ids if ids.count(i) > 1)
+                raise SpecError(
+                    f"{source}: {', '.join(k for k in pillar.spec_keys if k in data)}: two "
+                    f"values give the same cell {twice!r} (e.g. sparsities 0.9 and "
+                    "0.9000000001 print alike); make the values differ in their first six "
+                    "significant digits"
+                )
+            if not cells:
                 raise SpecError(
                     f"{source}: {', '.join(k for k in pillar.spec_keys if k in data)}: this "
                     f"section gives no {name} cell (every combination was skipped, e.g. a "

@@ -304,12 +304,13 @@ def _check_names(pillar: Any, selectors: list[dict[str, Any]], where: str) -> No
 
 def parse(data: dict[str, Any], source: str) -> list[Claim]:
     """Validate parsed claim-file ``data`` (from ``source``) into claims; ClaimError if not."""
-    from sparsebench.suite.spec import first_non_finite
+    from sparsebench.suite.spec import first_non_finite, show_number
 
     if (found := first_non_finite(data)) is not None:
         path, value = found
         raise ClaimError(
-            f"{source}: {_where_path(list(path), data)}: {value!r} is not a finite number; "
+            f"{source}: {_where_path(list(path), data)}: {show_number(value)} is not a finite "
+            "number; "
             "a threshold, margin, tol, bound or level that is not finite makes the test hold "
             "or fail whatever was measured"
         )

@@ -44,9 +44,9 @@ def _spec_path():
             f"sparsebench: --config {extra[0]}=...: unknown key; the only one is spec=PATH "
             "(the spec file; everything else is in the spec)"
         )
-    given = config.get("spec")
-    if given is None:
+    if "spec" not in config:
         return DEFAULT_SPEC
+    given = config["spec"]
     if not isinstance(given, str) or not given:
         sys.exit(f"sparsebench: --config spec={given!r}: give the path of a spec file")
     return given

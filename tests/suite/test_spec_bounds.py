@@ -163,3 +163,56 @@ def test_names_at_the_bounds_are_accepted(tmp_path):
     path.write_text(yaml.safe_dump(d))
     spec = load(path)
     assert spec.benchmark == "b" * NAME_MAX_LEN
+
+
+def test_yaml_integers_read_as_yaml_1_2():
+    import yaml
+
+    from sparsebench.suite.spec import SpecLoader
+
+    got = yaml.load("a: [064, 0o17, 0x1f, 1:00, -3, 010]", Loader=SpecLoader)  # noqa: S506
+    assert got == {"a": [64, 15, 31, "1:00", -3, 10]}
+    assert yaml.safe_load("a: 064") == {"a": 52}  # PyYAML's own loader is left as it was
+
+
+EXTRA = {
+    "integer key": (
+        lambda d: d["classification"]["tasks"].__setitem__(
+            -1, d["classification"]["tasks"].pop("mnist5k_lenet300")
+        ),
+        r"classification\.tasks: key -1 is a int, not text",
+    ),
+    "two sparsities, one cell": (
+        lambda d: d["classification"].__setitem__("sparsities", [0.9, 0.9000000001]),
+        r"classification: two values give the same cell",
+    ),
+    "trials 10**8": (
+        lambda d: d["kernels"].__setitem__("trials", 10**8),
+        r"kernels\.trials: 100000000 is greater than the maximum of 100",
+    ),
+    "a 10**8-point grid": (
+        lambda d: d["merging"]["methods"].__setitem__(
+            "adamerging_task",
+            {
+                "steps": list(range(1, 101)),
+                "lr": [0.1 * i for i in range(1, 101)],
+                "batch_size": list(range(1, 101)),
+            },  # fmt: skip
+        ),
+        r"merging\.methods\.adamerging_task: the grid has 1000000 points",
+    ),
+    "a 3600-digit integer": (
+        lambda d: d.__setitem__("threads", 16**3000),
+        r"threads: an integer of about 3613 digits is not a finite number",
+    ),
+    "a list of 2000 seeds": (
+        lambda d: d["sae"].__setitem__("seeds", list(range(2000))),
+        r"sae\.seeds: .* is too long",
+    ),
+}
+CASES.update(EXTRA)
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA))
+def test_more_refusals(tmp_path, name):
+    test_refused_naming_the_file_and_the_key(tmp_path, name)
