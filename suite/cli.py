@@ -325,6 +325,22 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def count(text: str, low: int = 1, high: int = 1024) -> int:
+    """An argparse type: a whole number from ``low`` to ``high`` (threads, jobs, rows)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{value} is outside {low} to {high}")
+    return value
+
+
+def listed(text: str) -> int:
+    """An argparse type: how many lines to list, 0 or more."""
+    return count(text, 0, 10**9)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sparsebench import __version__
 
@@ -350,14 +366,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--root", default="results", help="results folder (default: results)")
     r.add_argument(
         "--parallel-jobs",
-        type=int,
-        default=int(os.environ.get("SPARSEBENCH_PARALLEL_JOBS", "1")),
+        type=count,
+        default=os.environ.get("SPARSEBENCH_PARALLEL_JOBS", "1"),  # a string: checked by type
         help="jobs running at once, recorded with the wall-clock figures (default "
         "$SPARSEBENCH_PARALLEL_JOBS or 1)",
     )
     r.add_argument(
         "--threads",
-        type=int,
+        type=count,
         help="torch threads, overriding the spec's (the Snakefile passes Snakemake's threads)",
     )
     r.set_defaults(func=_cmd_run)
@@ -372,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
         "mlp-025bec1d/seed0/base); repeatable; a wrong id lists the spec's",
     )
     bd.add_argument("--spec", default=os.environ.get("SPARSEBENCH_SPEC"), help="the spec")
-    bd.add_argument("--threads", type=int, default=None, help="torch threads")
+    bd.add_argument("--threads", type=count, default=None, help="torch threads")
     bd.set_defaults(func=_cmd_build)
 
     pl_ = sub.add_parser("pillars", help="list registered pillars, spec keys and metrics")
@@ -391,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sm = sub.add_parser("summary", help="write results/<bench>/summary.md from the tables")
     sm.add_argument("bench_dir")
-    sm.add_argument("--top", type=int, default=3, help="rows per board")
+    sm.add_argument("--top", type=count, default=3, help="rows per board")
     sm.set_defaults(func=_cmd_summary)
 
     lb = sub.add_parser("leaderboard", help="rebuild every board and summary.md from records")
@@ -412,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="validate a spec and list its jobs")
     v.add_argument("spec")
-    v.add_argument("--show", type=int, default=10, help="jobs to list")
+    v.add_argument("--show", type=listed, default=10, help="jobs to list")
     v.set_defaults(func=_cmd_validate)
 
     c = sub.add_parser(
