@@ -39,6 +39,19 @@ def keypath(path: Sequence[Any]) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
 
+MAX_MESSAGE = 2000
+
+
+def clip(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` cut in the middle past ``limit`` characters: an error quoting a 500 KB
+    value or 60,000 unknown keys stays one readable line (its start names file and key)."""
+    if len(message) <= limit:
+        return message
+    head, tail = limit - 260, 200
+    cut = len(message) - head - tail
+    return f"{message[:head]} ... ({cut} characters left out) ... {message[-tail:]}"
+
+
 def format_error(
     err: jsonschema.ValidationError,
     source: str,
@@ -50,7 +63,19 @@ def format_error(
     """``source: where: message`` for ``err``. ``where`` defaults to the key path; ``pattern``
     is the message for a string the schema's pattern refuses (``{value!r}``, ``{pattern!r}``),
     which only the caller can put in words (what the names are for); ``schema`` is the root
-    schema, where the alternatives of a oneOf/anyOf may point (``$ref``)."""
+    schema, where the alternatives of a oneOf/anyOf may point (``$ref``). Clipped to
+    :data:`MAX_MESSAGE` characters."""
+    return clip(_format_error(err, source, where=where, pattern=pattern, schema=schema))
+
+
+def _format_error(
+    err: jsonschema.ValidationError,
+    source: str,
+    *,
+    where: str | None,
+    pattern: str,
+    schema: dict[str, Any] | None,
+) -> str:
     where = keypath(err.absolute_path) if where is None else where
     if err.validator == "additionalProperties":
         allowed = sorted(err.schema.get("properties", {}))

@@ -84,3 +84,13 @@ def test_keypath_and_describe_schema():
         "a value of type number >= 0 <= 1"
     )
     assert describe_schema({"type": ["integer", "null"]}) == "a value of type integer or null"
+
+
+def test_a_huge_value_is_clipped_keeping_file_and_key():
+    from sparsebench.suite.schema_errors import MAX_MESSAGE, first_error, format_error
+
+    err = first_error({"type": "object", "properties": {"k": {"type": "integer"}}},
+                      {"k": "x" * 500_000})  # fmt: skip
+    msg = format_error(err, "spec.yaml")
+    assert len(msg) <= MAX_MESSAGE and msg.startswith("spec.yaml: k: expected integer")
+    assert "characters left out" in msg
