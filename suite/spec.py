@@ -550,8 +550,12 @@ def load(path: str | Path) -> Spec:
     Raises: SpecError if the file is missing, too large, not UTF-8, not valid YAML, or fails
     validation."""
     path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{path}: a folder, not a spec file; give the YAML file inside it")
+    if path.exists() and not path.is_file():
+        raise SpecError(f"{path}: not a regular file (a pipe or device); give a YAML spec file")
     if not path.is_file():
-        raise SpecError(f"{path}: spec file not found")
+        raise SpecError(f"{path}: spec file not found (looked in {Path.cwd()})")
     data = read_yaml(path, "spec", SpecError)
     try:
         return validate(data, str(path))

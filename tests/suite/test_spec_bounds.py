@@ -216,3 +216,16 @@ CASES.update(EXTRA)
 @pytest.mark.parametrize("name", sorted(EXTRA))
 def test_more_refusals(tmp_path, name):
     test_refused_naming_the_file_and_the_key(tmp_path, name)
+
+
+def test_a_folder_or_a_pipe_as_the_spec_says_what_it_is(tmp_path):
+    import os
+
+    with pytest.raises(SpecError, match="a folder, not a spec file"):
+        load(tmp_path)
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match="not a regular file"):
+        load(fifo)
+    with pytest.raises(SpecError, match=r"spec file not found \(looked in "):
+        load(tmp_path / "nope.yaml")
