@@ -4,10 +4,25 @@ models, potentials), so that every lookup fails the same way and lists what is a
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, ItemsView, Iterator
+from collections.abc import Callable, ItemsView, Iterable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+
+def closest(name: object, choices: Iterable[object]) -> str | None:
+    """The choice most like ``name`` (difflib, ratio >= 0.6), or None: what a "did you mean"
+    offers for a mistyped name. Every lookup of a user-typed name uses it, so that all suggest
+    alike."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
+    return close[0] if close else None
+
+
+def did_you_mean(name: object, choices: Iterable[object]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``choices`` to ``name``; ``""`` when none
+    is close (a suggestion far off would mislead more than none)."""
+    match = closest(name, choices)
+    return "" if match is None else f"; did you mean {match!r}?"
 
 
 class CatalogError(ValueError):
@@ -39,8 +54,7 @@ class Catalog(Generic[T]):
 
     def unknown(self, name: object) -> str:
         """The message for an unknown ``name``: a close match if any, then every allowed name."""
-        close = difflib.get_close_matches(str(name), list(self._entries), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ";"
+        hint = did_you_mean(name, self._entries) or ";"
         return f"unknown {self.kind} {name!r}{hint} allowed: {', '.join(sorted(self._entries))}"
 
     def get(self, name: str) -> T:

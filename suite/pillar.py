@@ -42,6 +42,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from sparsebench.suite.catalog import did_you_mean
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -444,11 +446,31 @@ def all_pillars() -> dict[str, Pillar]:
 
 
 def get_pillar(name: str) -> Pillar:
-    """The registered pillar ``name``; PillarError lists the registered names if absent."""
+    """The registered pillar ``name``; PillarError lists the registered names (and the
+    closest one) if absent."""
     pillars = all_pillars()
     if name not in pillars:
-        raise PillarError(f"unknown pillar {name!r}; registered pillars: {', '.join(pillars)}")
+        raise PillarError(
+            f"unknown pillar {name!r}; registered pillars: {', '.join(pillars)}"
+            f"{did_you_mean(name, pillars)}"
+        )
     return pillars[name]
+
+
+def families_of(name: str) -> tuple[str, ...]:
+    """The method families of pillar ``name``, or ``(name,)`` for a family (``sparsebench
+    methods --pillar NAME`` takes either); PillarError lists both (and the closest) if
+    ``name`` is neither."""
+    pillars = all_pillars()
+    if name in pillars:
+        return pillars[name].families
+    known = sorted({f for p in pillars.values() for f in p.families})
+    if name in known:
+        return (name,)
+    raise PillarError(
+        f"unknown pillar or family {name!r}; pillars: {', '.join(pillars)}; families: "
+        f"{', '.join(known)}{did_you_mean(name, [*pillars, *known])}"
+    )
 
 
 def pillar_of_family(family: str) -> Pillar | None:

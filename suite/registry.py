@@ -30,6 +30,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from sparsebench.suite.catalog import did_you_mean
 from sparsebench.suite.method import Method, NoParams
 
 __all__ = ["Method", "MethodInfo", "NoParams", "RegistryError", "register"]
@@ -178,10 +179,14 @@ def all_methods(families: Iterable[str] | None = None) -> dict[str, MethodInfo]:
 
 
 def get_method(name: str, families: Iterable[str]) -> MethodInfo:
-    """Return the method ``name`` of ``families``; ``RegistryError`` lists the known names."""
+    """Return the method ``name`` of ``families``; ``RegistryError`` lists the known names
+    (and the closest one)."""
     methods = all_methods(families)
     if name not in methods:
-        raise RegistryError(f"unknown method {name!r}; registered methods: {sorted(methods)}")
+        raise RegistryError(
+            f"unknown method {name!r}; registered methods: {sorted(methods)}"
+            f"{did_you_mean(name, methods)}"
+        )
     return methods[name]
 
 
@@ -243,8 +248,11 @@ def check_fields(cls: type, raw: Mapping[str, Any], where: str = "") -> None:
     for key, value in raw.items():
         problem = field_problem(cls, key, value)
         if problem == "unknown":
-            names = ", ".join(f.name for f in dataclasses.fields(cls)) or "(none)"
-            raise RegistryError(f"{where}{key}: unknown key; allowed: {names}")
+            fields = [f.name for f in dataclasses.fields(cls)]
+            raise RegistryError(
+                f"{where}{key}: unknown key; allowed: {', '.join(fields) or '(none)'}"
+                f"{did_you_mean(key, fields)}"
+            )
         if problem == "type":
             raise RegistryError(
                 f"{where}{key}: value {value!r} ({type(value).__name__}); expected "
@@ -280,9 +288,10 @@ def build_params(
     for key, value in raw.items():
         problem = field_problem(info.params_cls, key, value)
         if problem == "unknown":
-            allowed = ", ".join(sorted(f.name for f in info.param_fields())) or "(no parameters)"
+            fields = sorted(f.name for f in info.param_fields())
             raise RegistryError(
-                f"{prefix}unknown parameter {key!r} for method {name!r}; allowed: {allowed}"
+                f"{prefix}unknown parameter {key!r} for method {name!r}; allowed: "
+                f"{', '.join(fields) or '(no parameters)'}{did_you_mean(key, fields)}"
             )
         if problem is not None:
             expected = describe_type(hints[key])
