@@ -12,6 +12,8 @@ from typing import Any
 
 import jsonschema
 
+from sparsebench.suite.catalog import closest, did_you_mean
+
 
 def _strict_integer(checker: Any, instance: Any) -> bool:
     """An integer is an int: JSON Schema's own rule also takes 1.0, which would reach a
@@ -81,7 +83,10 @@ def _format_error(
         allowed = sorted(err.schema.get("properties", {}))
         extra = sorted(set(err.instance) - set(allowed))
         bad = ", ".join(repr(e) for e in extra)
-        return f"{source}: {where}: unknown key {bad}; allowed keys: {', '.join(allowed)}"
+        return (
+            f"{source}: {where}: unknown key {bad}; allowed keys: {', '.join(allowed)}"
+            f"{_suggest_keys(extra, allowed)}"
+        )
     if err.validator == "type":
         got = "nothing (empty)" if err.instance is None else repr(err.instance)
         return f"{source}: {where}: expected {err.validator_value}, got {got}"
@@ -89,7 +94,8 @@ def _format_error(
         return f"{source}: {where}: repeated values in {err.instance!r}; list each value once"
     if err.validator == "enum":
         allowed = ", ".join(repr(v) for v in err.validator_value)
-        return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}"
+        hint = _suggest_value(err.instance, err.validator_value)
+        return f"{source}: {where}: value {err.instance!r} is not allowed; allowed: {allowed}{hint}"
     if err.validator == "maxLength":
         return (
             f"{source}: {where}: {err.instance[:24]!r}... is {len(err.instance)} characters "
@@ -99,20 +105,51 @@ def _format_error(
         text = pattern.format(value=err.instance, pattern=err.validator_value)
         return f"{source}: {where}: {text}"
     if err.validator in ("oneOf", "anyOf"):
-        options = "; or ".join(describe_schema(sub, schema) for sub in err.validator_value)
-        return f"{source}: {where}: value {err.instance!r} is invalid; expected {options}"
+        subs = [_resolve(sub, schema) for sub in err.validator_value]
+        options = "; or ".join(describe_schema(sub) for sub in subs)
+        # the values the alternatives name (a const, an enum); None for the others
+        named = [v for sub in subs for v in sub.get("enum", [sub.get("const")])]
+        hint = _suggest_value(err.instance, named)
+        return f"{source}: {where}: value {err.instance!r} is invalid; expected {options}{hint}"
     # required, minimum, minItems, ...: jsonschema's message names the value or the key
     return f"{source}: {where}: {err.message}"
+
+
+# Suggestions for at most this many unknown keys: a line of thousands helps no one, and each
+# costs a difflib match.
+MAX_SUGGESTED = 5
+
+
+def _suggest_keys(extra: Sequence[str], allowed: Sequence[str]) -> str:
+    """``"; did you mean 'x'?"`` for one unknown key, ``"; did you mean 'x' for 'y', ..."`` for
+    several (those with a close allowed key); ``""`` when none is close."""
+    if len(extra) == 1:
+        return did_you_mean(extra[0], allowed)
+    pairs = [(e, closest(e, allowed)) for e in extra[:MAX_SUGGESTED]]
+    hints = [f"{match!r} for {e!r}" for e, match in pairs if match is not None]
+    return f"; did you mean {', '.join(hints)}?" if hints else ""
+
+
+def _suggest_value(value: Any, allowed: Sequence[Any]) -> str:
+    """The "did you mean" of a text value among the text values of an enum or const."""
+    names = [v for v in allowed if isinstance(v, str)]
+    return did_you_mean(value, names) if isinstance(value, str) and names else ""
+
+
+def _resolve(sub: dict[str, Any], root: dict[str, Any] | None) -> dict[str, Any]:
+    """``sub``, or what its local ``$ref`` points to in ``root``."""
+    ref = sub.get("$ref", "")
+    if root is not None and ref.startswith("#/"):
+        for part in ref[2:].split("/"):
+            root = root[part]
+        return root
+    return sub
 
 
 def describe_schema(sub: dict[str, Any], root: dict[str, Any] | None = None) -> str:
     """A few words for a simple subschema: "a value of type integer >= 1", "'auto'", "one of 'a',
     'b'", "a value of type string or number"; a local ``$ref`` is looked up in ``root``."""
-    ref = sub.get("$ref", "")
-    if root is not None and ref.startswith("#/"):
-        for part in ref[2:].split("/"):
-            root = root[part]
-        sub = root
+    sub = _resolve(sub, root)
     if "const" in sub:
         return repr(sub["const"])
     if "enum" in sub:

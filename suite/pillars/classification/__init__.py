@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sparsebench.suite import registry
+from sparsebench.suite.catalog import did_you_mean
 from sparsebench.suite.pillar import Cell, Metric, Pillar, Plot, register_pillar
 from sparsebench.suite.spec import Spec, SpecError, expand_grid
 
@@ -354,7 +355,7 @@ def _check_registries(data: dict[str, Any], source: str) -> None:
         if method not in known:
             raise SpecError(
                 f"{source}: {KEY}.methods.{method}: unknown method {method!r}; "
-                f"registered methods: {', '.join(sorted(known))}"
+                f"registered methods: {', '.join(sorted(known))}{did_you_mean(method, known)}"
             )
         if params is not None and not isinstance(params, dict):
             raise SpecError(f"{source}: {KEY}.methods.{method}: expected a mapping of parameters")
@@ -364,4 +365,5 @@ def _check_registries(data: dict[str, Any], source: str) -> None:
             raise SpecError(
                 f"{source}: {KEY}.tasks.{name}.methods: {', '.join(map(repr, extra))} not in "
                 f"the section's `methods`; allowed: {', '.join(data['methods'])}"
+                f"{did_you_mean(extra[0], data['methods'])}"
             )
