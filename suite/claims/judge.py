@@ -76,12 +76,27 @@ from typing import Any
 
 import polars as pl
 
+from sparsebench.suite.catalog import closest
 from sparsebench.suite.interpolate import value_at
 
 from . import stats
 from .parse import Claim, ClaimError
 
 VERDICTS = ("holds", "fails", "inconclusive")
+# Why a verdict is inconclusive (its ``reason_kind``) -> the words the pages show. The order
+# is also precedence: a claim combined from several pairs or x takes the first kind among
+# them, so that what blocks a judgement (a cell not run) shows before what a run decides
+# (the noise).
+REASONS = {
+    "not_run": "not run",  # no runs table, no cell matching a selector, no values along
+    "failed": "failed",  # a row whose status is not ok (failed, diverged, skipped, none)
+    "too_few_seeds": "too few seeds",  # fewer than min_seeds, or not the seeds paired needs
+    "ambiguous": "ambiguous cell",  # a selector names several cells or a seed twice
+    "unusable": "unusable values",  # a value missing, not finite or outside what the test reads
+    "no_spread": "no spread",  # seeds that tie on a metric that is not deterministic
+    "noise": "inside the noise",  # the interval contains the claim's boundary
+    "error": "could not be judged",  # the judge raised: a bug or a table it cannot read
+}
 _SEED_PART = re.compile(r"(^|/)seed\d+(?=/|$)")
 _SEED_LABEL = re.compile(r"\s*\bseed[= ]?\d+\b")
 
@@ -119,6 +134,7 @@ class CellStat:
     mean: float | None = None
     std: float | None = None
     problem: str | None = None  # why it cannot be used (missing, failed, ambiguous, ...)
+    problem_kind: str | None = None  # that problem's key in REASONS
     # with ``at``: the column and x, each seed's reading (its value and the settings that
     # bracket x) and the seeds whose sweep does not reach x
     at: dict[str, Any] | None = None
@@ -140,10 +156,37 @@ class Verdict:
     # inconclusive only: the seeds per cell the observed effect and spread would need
     # (:func:`.stats.seeds_needed`); None where no number can say it
     seeds_needed: int | None = None
+    # inconclusive only: why, as a key of REASONS (None for holds and fails)
+    reason_kind: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.verdict == "inconclusive" and self.reason_kind not in REASONS:
+            raise ValueError(
+                f"an inconclusive verdict needs a reason kind, not {self.reason_kind!r}"
+            )
+        if self.verdict != "inconclusive":
+            self.reason_kind = None
 
 
 class Inconclusive(Exception):
-    """A cell problem that makes the claim inconclusive (the message says which)."""
+    """A problem that makes the claim inconclusive: the message says which, ``kind`` (a key
+    of :data:`REASONS`) what sort."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        assert kind in REASONS, kind
+        super().__init__(message)
+        self.kind = kind
+
+
+def _first_kind(kinds) -> str:
+    """The kind that explains a combined inconclusive verdict: the first in REASONS' order."""
+    present = set(kinds)
+    return next((k for k in REASONS if k in present), "noise")
+
+
+def _noise(verdict: str) -> str | None:
+    """The reason kind of a test that read its interval: inconclusive only inside the noise."""
+    return "noise" if verdict == "inconclusive" else None
 
 
 def _match(col: pl.Series, value: Any) -> pl.Series:
@@ -165,7 +208,9 @@ def _select(runs: pl.DataFrame, filters: dict[str, Any]) -> pl.DataFrame:
     mask = pl.Series([True] * runs.height)
     for col, value in filters.items():
         if col not in runs.columns:
-            raise Inconclusive(f"column {col!r} is not in this pillar's runs table")
+            raise Inconclusive(
+                f"column {col!r} is not in this pillar's runs table", kind="unusable"
+            )
         mask = mask & _match(runs[col], value)
     return runs.filter(mask)
 
@@ -177,11 +222,27 @@ def _describe(filters: dict[str, Any]) -> str:
 def _matching(runs: pl.DataFrame | None, filters: dict[str, Any]) -> pl.DataFrame:
     """The rows ``filters`` select; Inconclusive when there is no table or no row."""
     if runs is None:
-        raise Inconclusive("no runs table of this pillar in the results")
+        raise Inconclusive("no runs table of this pillar in the results", kind="not_run")
     rows = _select(runs, filters)
     if rows.height == 0:
-        raise Inconclusive(f"no cell matches {_describe(filters)}")
+        raise Inconclusive(
+            f"no cell matches {_describe(filters)}{_suggest(runs, filters)}", kind="not_run"
+        )
     return rows
+
+
+def _suggest(runs: pl.DataFrame, filters: dict[str, Any]) -> str:
+    """``"; did you mean task='mnist'?"`` for the first text value of ``filters`` that no row
+    holds but is close to one a row does (a typo of a task or setting in a selector, which
+    the claim file alone cannot catch); ``""`` otherwise."""
+    for col, value in filters.items():
+        if runs[col].dtype != pl.Utf8:
+            continue
+        present = sorted(set(runs[col].drop_nulls().to_list()))
+        for v in value if isinstance(value, list) else [value]:
+            if str(v) not in present and (match := closest(v, present)) is not None:
+                return f"; did you mean {col}={match!r}?"
+    return ""
 
 
 def _unfinished(rows: pl.DataFrame, filters: dict[str, Any], what: str = "") -> None:
@@ -196,7 +257,8 @@ def _unfinished(rows: pl.DataFrame, filters: dict[str, Any], what: str = "") -> 
     raise Inconclusive(
         f"{_describe(filters)}: {bad.height} row(s){what} {', '.join(kinds)} (e.g. "
         f"{bad['cell_id'][0]}): only status ok is finished; a claim over a failed or "
-        "unfinished cell is not judged"
+        "unfinished cell is not judged",
+        kind="failed",
     )
 
 
@@ -224,7 +286,8 @@ def _cell(
         some = "; ".join(groups["_cell"].head(3).to_list())
         raise Inconclusive(
             f"{_describe(filters)} matches {groups.height} cells (e.g. {some}): add filters "
-            "(setting, task, ...) so that it names one"
+            "(setting, task, ...) so that it names one",
+            kind="ambiguous",
         )
     label = rows["label"][0] if "label" in rows.columns else groups["_cell"][0]
     stat.label = label_part.sub("", label)  # the mean is over replicates
@@ -241,23 +304,27 @@ def _cell(
         raise Inconclusive(
             f"{_describe(filters)}: {'; '.join(f'{i} has {ids.count(i)} rows' for i in dup)}: "
             f"each {replicate} counts once, so a cell with a duplicated {replicate} is not "
-            "judged"
+            "judged",
+            kind="ambiguous",
         )
     if not rows.schema[metric].is_numeric():
         raise Inconclusive(
-            f"{_describe(filters)}: column {metric!r} holds {rows.schema[metric]}, not numbers"
+            f"{_describe(filters)}: column {metric!r} holds {rows.schema[metric]}, not numbers",
+            kind="unusable",
         )
     raw = rows[metric].to_list()
     if any(v is None or not math.isfinite(v) for v in raw):
         raise Inconclusive(
             f"{_describe(filters)}: {metric} is missing or not finite in "
-            f"{sum(v is None or not math.isfinite(v) for v in raw)} finished row(s)"
+            f"{sum(v is None or not math.isfinite(v) for v in raw)} finished row(s)",
+            kind="unusable",
         )
     values = [float(v) for v in raw]
     if len(values) < min_seeds:
         raise Inconclusive(
             f"{_describe(filters)}: {len(values)} {replicate}(s) with {metric}, the test needs "
-            f"{min_seeds}"
+            f"{min_seeds}",
+            kind="too_few_seeds",
         )
     stat.values, stat.n = values, len(values)
     if has_rep and None not in reps:
@@ -317,7 +384,7 @@ def _sweep_cell(
         replicate = "seed"
     for c in (column, replicate):
         if c not in rows.columns:
-            raise Inconclusive(f"column {c!r} is not in this pillar's runs table")
+            raise Inconclusive(f"column {c!r} is not in this pillar's runs table", kind="unusable")
     rows, key = _sweep_key(rows, row_key, replicate)
     groups = rows.select(["_sweep", *key]).unique(maintain_order=True)
     if groups.height > 1:
@@ -325,14 +392,16 @@ def _sweep_cell(
         raise Inconclusive(
             f"{_describe(filters)} matches {groups.height} sweeps (e.g. {some}): with at, a "
             "selector may span settings and seeds, nothing else; add filters (width, "
-            "activations, task, ...) so that it names one"
+            "activations, task, ...) so that it names one",
+            kind="ambiguous",
         )
     varying = _varying_params(rows)
     if len(varying) > 1:
         raise Inconclusive(
             f"{_describe(filters)} matches more than one sweep: its settings differ in "
             f"{', '.join(varying)}; with at, a sweep's settings vary one parameter (give the "
-            "other values their own method entry in the spec, or filter on a column)"
+            "other values their own method entry in the spec, or filter on a column)",
+            kind="ambiguous",
         )
     _unfinished(rows, filters, " of the sweep")
     for c in (column, metric):
@@ -340,7 +409,8 @@ def _sweep_cell(
         if missing:
             raise Inconclusive(
                 f"{_describe(filters)}: {c} is missing or not finite in {missing} finished "
-                "row(s) of the sweep"
+                "row(s) of the sweep",
+                kind="unusable",
             )
     setting = rows["setting"] if "setting" in rows.columns else rows["cell_id"]
     rows = rows.with_columns(setting.alias("_setting"))
@@ -349,7 +419,8 @@ def _sweep_cell(
         raise Inconclusive(
             f"{_describe(filters)}: {replicate} {twice[replicate][0]} has {twice['len'][0]} "
             f"rows at {twice['_setting'][0]}: each {replicate} counts once, so a sweep with a "
-            f"duplicated {replicate} is not judged"
+            f"duplicated {replicate} is not judged",
+            kind="ambiguous",
         )
     n_settings = rows["_setting"].n_unique()
     label_part = _replicate_parts(replicate)[1]
@@ -370,7 +441,8 @@ def _sweep_cell(
         except ValueError as e:  # a column the sweep does not move
             raise Inconclusive(
                 f"{stat.label}: {replicate} {seed}'s settings do not move {column} ({e}); at "
-                "needs a column that the sweep's settings change"
+                "needs a column that the sweep's settings change",
+                kind="unusable",
             ) from None
         if got is None:
             dropped.append({"seed": seed, "range": [min(xs), max(xs)]})
@@ -392,7 +464,8 @@ def _sweep_cell(
         )
         raise Inconclusive(
             f"{stat.label}: {len(values)} {replicate}(s) bracket {column} = {x:g}, the test needs "
-            f"{min_seeds}" + (f" ({why}; never extrapolated)" if why else "")
+            f"{min_seeds}" + (f" ({why}; never extrapolated)" if why else ""),
+            kind="too_few_seeds",
         )
     stat.values, stat.n = values, len(values)
     stat.mean = sum(values) / len(values)
@@ -447,7 +520,8 @@ def _diff(x: _Ctx, first: CellStat, second: CellStat):
     ):
         raise Inconclusive(
             f"stat: paired needs the same {x.replicate}s, once each, in both cells: "
-            f"{first.label} has {sorted(first.seeds)}, {second.label} {sorted(second.seeds)}"
+            f"{first.label} has {sorted(first.seeds)}, {second.label} {sorted(second.seeds)}",
+            kind="too_few_seeds",
         )
     by_seed = dict(zip(second.seeds, second.values, strict=True))
     b = [by_seed[s] for s in first.seeds]
@@ -536,7 +610,8 @@ class _Ctx:
             raise Inconclusive(
                 f"{_describe(filters)}: stat: exact, but {t['metric']} differs across the "
                 f"{c.n} {self.replicate}s ({_fmt(min(c.values))} to {_fmt(max(c.values))}); "
-                "use welch"
+                "use welch",
+                kind="unusable",
             )
         return c
 
@@ -550,14 +625,15 @@ class _Ctx:
         except Inconclusive as e:
             c = self.cells[n] if len(self.cells) > n else CellStat({**self.t["where"], **filters})
             del self.cells[n:]
-            c.problem = str(e)
+            c.problem, c.problem_kind = str(e), e.kind
             self.cells.append(c)
             return c
 
     def no_evidence(self, what: str) -> Inconclusive:
         return Inconclusive(
             f"{what}: a spread of zero is no evidence for {self.t['metric']}, which is not "
-            "deterministic"
+            "deterministic",
+            kind="no_spread",
         )
 
     def no_ties(self, *cells: CellStat) -> None:
@@ -615,12 +691,14 @@ def _judge_pair(x: _Ctx) -> Verdict:
         if not (a.mean and a.mean > 0 and b.mean and b.mean > 0):
             raise Inconclusive(
                 f"a ratio needs positive means: {a.label} {_fmt(a.mean)}, {b.label} "
-                f"{_fmt(b.mean)} (a zero or a sign makes mean(a) / mean(b) say nothing)"
+                f"{_fmt(b.mean)} (a zero or a sign makes mean(a) / mean(b) say nothing)",
+                kind="unusable",
             )
         est, lo, hi = stats.ratio_interval(a.values, b.values, x.level, x.exact)
         v = _side(t["op"], lo, hi, t["threshold"], x.exact)
         what, against = "mean(a) / mean(b)", f"{t['op']} {_fmt(t['threshold'])}"
-    return Verdict(x.claim, v, x.interval(what, est, lo, hi, against), est, lo, hi, x.cells)
+    reason = x.interval(what, est, lo, hi, against)
+    return Verdict(x.claim, v, reason, est, lo, hi, x.cells, reason_kind=_noise(v))
 
 
 def _judge_value(x: _Ctx) -> Verdict:
@@ -629,7 +707,8 @@ def _judge_value(x: _Ctx) -> Verdict:
     x.no_ties(a)
     est, lo, hi = stats.mean_interval(a.values, x.level, x.exact)
     v, against = _bound(t, lo, hi, x.exact)
-    return Verdict(x.claim, v, x.interval("mean", est, lo, hi, against), est, lo, hi, x.cells)
+    reason = x.interval("mean", est, lo, hi, against)
+    return Verdict(x.claim, v, reason, est, lo, hi, x.cells, reason_kind=_noise(v))
 
 
 def _name(c: CellStat) -> str:
@@ -639,16 +718,18 @@ def _name(c: CellStat) -> str:
 def _pair(first: CellStat, second: CellStat, test) -> dict[str, Any]:
     """One pair of a ranking or trend: its verdict, difference and interval, or inconclusive
     (with its ``reason``) where a cell cannot be used or the pair cannot be judged."""
+    none = {"verdict": "inconclusive", "diff": None, "low": None, "high": None}
     if first.problem or second.problem:
-        bad = [_name(c) for c in (first, second) if c.problem]
-        why = f"{' and '.join(bad)} cannot be judged"
-        return {"verdict": "inconclusive", "diff": None, "low": None, "high": None, "reason": why}
+        bad = [c for c in (first, second) if c.problem]
+        why = f"{' and '.join(map(_name, bad))} cannot be judged"
+        kind = _first_kind(c.problem_kind for c in bad)
+        return {**none, "reason": why, "reason_kind": kind}
     try:
         v, d, lo, hi = test(first, second)
     except Inconclusive as e:
-        return {"verdict": "inconclusive", "diff": None, "low": None, "high": None,
-                "reason": str(e)}  # fmt: skip
-    return {"verdict": v, "diff": d, "low": lo, "high": hi}
+        return {**none, "reason": str(e), "reason_kind": e.kind}
+    judged = {"verdict": v, "diff": d, "low": lo, "high": hi}
+    return {**judged, "reason_kind": "noise"} if v == "inconclusive" else judged
 
 
 def _pairs_verdict(
@@ -668,8 +749,10 @@ def _pairs_verdict(
 
     problems = [c.problem for c in cells if c.problem]
     reason = "; ".join([*problems, *map(one, pairs)])
+    kinds = [c.problem_kind for c in cells if c.problem_kind]
+    kinds += [p["reason_kind"] for p in pairs if p.get("reason_kind")]
     return Verdict(x.claim, _combine([p["verdict"] for p in pairs]), reason, cells=x.cells,
-                   pairs=pairs)  # fmt: skip
+                   pairs=pairs, reason_kind=_first_kind(kinds))  # fmt: skip
 
 
 def _judge_ranking(x: _Ctx) -> Verdict:
@@ -694,16 +777,17 @@ def _along(x: _Ctx, tolerant: bool = False) -> tuple[list[float], list[CellStat]
     (``tolerant``: a cell that cannot be used comes back with its problem)."""
     t, along = x.t, x.t["along"]
     if x.runs is None:
-        raise Inconclusive("no runs table of this pillar in the results")
+        raise Inconclusive("no runs table of this pillar in the results", kind="not_run")
     base = _select(x.runs, {**t["where"], **t["a"]})
     try:
         xs = sorted({float(v) for v in base[along].drop_nulls().to_list()}) if base.height else []
     except (TypeError, ValueError):
-        raise Inconclusive(f"{along!r} is not a numeric column") from None
+        raise Inconclusive(f"{along!r} is not a numeric column", kind="unusable") from None
     if len(xs) < 2:
         raise Inconclusive(
             f"{_describe({**t['where'], **t['a']})}: {len(xs)} value(s) of {along}; a trend "
-            "needs at least 2"
+            "needs at least 2",
+            kind="not_run",
         )
     read = x.try_cell if tolerant else x.cell
     return xs, [read({**t["a"], along: v}) for v in xs]
@@ -736,14 +820,16 @@ def _judge_exponent(x: _Ctx) -> Verdict:
     px = [v for v, c in zip(xs, cells, strict=True) for _ in c.values]
     py = [v for c in cells for v in c.values]
     if min(px) <= 0 or min(py) <= 0:
-        raise Inconclusive(f"{t['along']} and {t['metric']} must be > 0 for a log-log fit")
+        raise Inconclusive(
+            f"{t['along']} and {t['metric']} must be > 0 for a log-log fit", kind="unusable"
+        )
     est, lo, hi = stats.slope_interval(px, py, x.level, x.exact)
     what = f"slope of log {t['metric']} on log {t['along']} ({len(py)} points)"
     if lo == hi and not (x.exact or x.deterministic):
         raise x.no_evidence(f"{what}: the points lie exactly on a line")
     v, against = _bound(t, lo, hi, x.exact)
     reason = x.interval(what, est, lo, hi, against)
-    return Verdict(x.claim, v, reason, est, lo, hi, x.cells)
+    return Verdict(x.claim, v, reason, est, lo, hi, x.cells, reason_kind=_noise(v))
 
 
 _KINDS = {
@@ -815,10 +901,10 @@ def _judge_one(x: _Ctx) -> Verdict:
                 v.seeds_needed = None
         return v
     except Inconclusive as e:
-        return Verdict(x.claim, "inconclusive", str(e), cells=x.cells)
+        return Verdict(x.claim, "inconclusive", str(e), cells=x.cells, reason_kind=e.kind)
     except Exception as e:  # one broken claim must not cost the others their verdicts
         why = f"could not be judged ({type(e).__name__}: {e})"
-        return Verdict(x.claim, "inconclusive", why, cells=x.cells)
+        return Verdict(x.claim, "inconclusive", why, cells=x.cells, reason_kind="error")
 
 
 def _judge_at(claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: dict) -> Verdict:
@@ -835,6 +921,7 @@ def _judge_at(claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: di
             "low": p.low,
             "high": p.high,
             "reason": p.reason,
+            "reason_kind": p.reason_kind,
             "cells": [
                 {
                     "label": c.label,
@@ -870,7 +957,8 @@ def _judge_at(claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: di
     ]
     single = parts[0][1] if len(parts) == 1 else None
     est, lo, hi = (single.estimate, single.low, single.high) if single else (None, None, None)
-    return Verdict(claim, verdict, reason, est, lo, hi, cells, pairs)
+    kind = _first_kind(p.reason_kind for _, p in parts if p.reason_kind)
+    return Verdict(claim, verdict, reason, est, lo, hi, cells, pairs, reason_kind=kind)
 
 
 def judge(claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: dict) -> Verdict:
@@ -881,7 +969,7 @@ def judge(claim: Claim, tables: dict[str, pl.DataFrame | None], row_keys: dict) 
             return _judge_at(claim, tables, row_keys)
         except Exception as e:  # one broken claim must not cost the others their verdicts
             why = f"could not be judged ({type(e).__name__}: {e})"
-            return Verdict(claim, "inconclusive", why)
+            return Verdict(claim, "inconclusive", why, reason_kind="error")
     return _judge_one(_Ctx(claim, tables, row_keys))
 
 

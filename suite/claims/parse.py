@@ -18,6 +18,7 @@ from typing import Any
 
 import jsonschema
 
+from sparsebench.suite.catalog import did_you_mean
 from sparsebench.suite.schema_errors import first_error, format_error, keypath
 
 SCHEMA_PATH = Path(__file__).with_name("claim.schema.json")
@@ -187,7 +188,7 @@ def _check_test(t: dict[str, Any], where: str) -> None:
     if t["metric"] not in metrics:
         raise ClaimError(
             f"{where}: unknown metric {t['metric']!r} of pillar {pillar.name!r}; its metrics: "
-            f"{', '.join(metrics)}"
+            f"{', '.join(metrics)}{did_you_mean(t['metric'], metrics)}"
         )
     if t.get("stat") == "exact" and not metrics[t["metric"]].deterministic:
         # an exact test reads one value as the truth: it can never be inside the noise
@@ -205,6 +206,7 @@ def _check_test(t: dict[str, Any], where: str) -> None:
         raise ClaimError(
             f"{where}: unknown column {', '.join(map(repr, unknown))} of pillar "
             f"{pillar.name!r}; its columns: {', '.join(sorted(columns))}"
+            f"{did_you_mean(unknown[0], columns)}"
         )
     if "a" in t and "b" in t and {**t["where"], **t["a"]} == {**t["where"], **t["b"]}:
         raise ClaimError(f"{where}: a and b name the same cell; a comparison needs two")
@@ -251,6 +253,7 @@ def _check_at(t: dict[str, Any], columns: dict[str, type], used: list[str], wher
         raise ClaimError(
             f"{where}: at: {col!r} is {what} of pillar {t['pillar']!r}; the metric is read at "
             f"a value of a numeric column: {', '.join(numeric)}"
+            f"{did_you_mean(col, numeric) if col not in columns else ''}"
         )
     if col == t["metric"]:
         raise ClaimError(f"{where}: at: {col!r} is the claim's metric; read it at another column")
@@ -284,8 +287,6 @@ def _check_at(t: dict[str, Any], columns: dict[str, type], used: list[str], wher
 def _check_names(pillar: Any, selectors: list[dict[str, Any]], where: str) -> None:
     """Method (or backend) names in the selectors are registered, or rows the pillar adds
     (references, baselines): a typo is an error here, not a "no cell matches" later."""
-    import difflib
-
     from sparsebench.suite import registry
 
     column = pillar.method_column
@@ -294,11 +295,9 @@ def _check_names(pillar: Any, selectors: list[dict[str, Any]], where: str) -> No
         values = sel.get(column, [])
         for v in values if isinstance(values, list) else [values]:
             if str(v) not in allowed:
-                close = difflib.get_close_matches(str(v), sorted(allowed), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ClaimError(
-                    f"{where}: unknown {column} {v!r} of pillar {pillar.name!r}{hint}; "
-                    f"allowed: {', '.join(sorted(allowed))}"
+                    f"{where}: unknown {column} {v!r} of pillar {pillar.name!r}; "
+                    f"allowed: {', '.join(sorted(allowed))}{did_you_mean(v, sorted(allowed))}"
                 )
 
 
