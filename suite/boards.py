@@ -4,8 +4,10 @@ writing of a board's files (``leaderboard.{md,html,csv,json}`` and its plots).""
 from __future__ import annotations
 
 import html
+import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -17,12 +19,34 @@ from sparsebench.suite.record import write_json_atomic
 
 
 def fmt(value: Any) -> str:
-    """A table cell: ``–`` for null, 3 significant digits for a float, else ``str``."""
+    """A table cell: ``–`` for null, a float by :func:`readable`, an integer with thousands
+    separators, else ``str``."""
     if value is None:
         return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:.3g}"
+        return readable(value)
     return str(value)
+
+
+def readable(x: float, digits: int = 3) -> str:
+    """``x`` with ``digits`` significant digits and no exponent where a reader does not need
+    one: ``1,250`` (not ``1.25e+03``), ``0.0123``; an exponent only below 0.001 (``2.7e-16``,
+    an error next to zero) or for ``nan``/``inf``."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    if x == 0:
+        return "0"
+    mag = abs(x)
+    if mag < 1e-3:
+        return f"{x:.{max(digits - 2, 1)}e}"
+    if mag >= 10 ** (digits - 1):
+        return f"{x:,.0f}"
+    decimals = digits - 1 - math.floor(math.log10(mag))
+    return f"{x:.{decimals}f}"
 
 
 # Markdown punctuation that could start a link, an image, emphasis, code or a table column
@@ -67,6 +91,11 @@ table {{ border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }}
 th, td {{ border: 1px solid #ccc; padding: 0.25em 0.5em; vertical-align: top; }}
 th {{ background: #f3f3f3; }}
 code {{ background: #f6f6f6; padding: 0 0.2em; }}
+strong.v-holds, strong.v-fails, strong.v-inconclusive {{ padding: 0 0.35em;
+  border: 1px solid; border-radius: 0.3em; }}
+.v-holds {{ background: #dcf3e1; color: #14532d; border-color: #6fbf85; }}
+.v-fails {{ background: #fbe0df; color: #7f1d1d; border-color: #e08a86; }}
+.v-inconclusive {{ background: #fff2c9; color: #5c4300; border-color: #d9b955; }}
 </style></head><body>
 {body}
 </body></html>
@@ -80,6 +109,8 @@ _TAGS = frozenset(
     "table thead tbody tr th td".split()
 )
 _ATTRS = {
+    **{f"h{i}": {"id"} for i in range(1, 7)},  # a heading's anchor, for a contents list
+    "strong": {"class"},  # a verdict badge: one of _CLASSES
     "a": {"href", "title"},
     "img": {"src", "alt", "title"},
     "ol": {"start"},
@@ -87,6 +118,9 @@ _ATTRS = {
     "td": {"style"},
 }
 _VOID = frozenset({"br", "hr", "img"})
+# The classes a page's CSS (_PAGE) colours: a badge adds colour to words it keeps.
+_CLASSES = frozenset({"v-holds", "v-fails", "v-inconclusive"})
+_ID = re.compile(r"[\w-]{1,200}")
 _ALIGN = re.compile(r"text-align: (left|right|center);?")
 
 
@@ -115,6 +149,10 @@ class _Sanitizer(HTMLParser):
             if name in ("href", "src") and not _local_url(value):
                 continue
             if name == "style" and not _ALIGN.fullmatch(value):
+                continue
+            if (name == "class" and value not in _CLASSES) or (
+                name == "id" and not _ID.fullmatch(value)
+            ):
                 continue
             keep.append(f' {name}="{html.escape(value)}"')
         return f"<{tag}{''.join(keep)}>"
@@ -165,21 +203,30 @@ def sanitize_html(fragment: str) -> str:
     return "".join(parser.out)
 
 
-def html_page(markdown_text: str, title: str) -> str:
+def html_page(markdown_text: str, title: str, attrs: bool = False) -> str:
     """A self-contained HTML page of a Markdown document (tables included), for
     ``snakemake --report``, which shows HTML results inline. Rendered by the ``markdown``
     package with its ``tables`` extension; raw HTML and ``<url>`` autolinks in the text are
     shown as text (the package has no safe mode: its raw-HTML and autolink processors are
     removed), and the result is cleaned by :func:`sanitize_html`, so the page runs no script
-    and loads nothing from elsewhere whatever the text holds. ``title`` is HTML-escaped."""
+    and loads nothing from elsewhere whatever the text holds. ``title`` is HTML-escaped.
+    ``attrs``: read ``{: #id}`` and ``{: .class}`` blocks (``attr_list``) as a heading's
+    anchor and a badge's class (the sanitizer keeps only those), for a document whose text
+    has its braces escaped (``suite.claims.outputs``)."""
+    body = markdown_body(markdown_text, attrs)
+    return _PAGE.format(title=html.escape(title), body=body)
+
+
+def markdown_body(markdown_text: str, attrs: bool = False) -> str:
+    """The sanitized HTML of a Markdown document, without a page around it (see
+    :func:`html_page`)."""
     import markdown
 
-    md = markdown.Markdown(extensions=["tables"])
+    md = markdown.Markdown(extensions=["tables", *(["attr_list"] if attrs else [])])
     md.preprocessors.deregister("html_block")
     for pattern in ("html", "autolink", "automail"):
         md.inlinePatterns.deregister(pattern)
-    body = sanitize_html(md.convert(markdown_text))
-    return _PAGE.format(title=html.escape(title), body=body)
+    return sanitize_html(md.convert(markdown_text))
 
 
 def write_board_files(
@@ -256,3 +303,258 @@ def over_trials(
         *map(agg, rest), count.cast(pl.Int64).alias("trials")
     )
     return out.select(*(c for c in ok.columns if c not in ("trial", "trials")), "trials")
+
+
+# ---------------------------------------------------------------------------- one board style
+#
+# Every pillar's board follows one convention (README, "Reading a board"):
+# - units: shares of a whole (accuracy, sparsity, density, dead latents) are fractions in CSV
+#   and JSON (unit "fraction", 1 = 100 %) and percent in Markdown and HTML, the "%" in the
+#   header; seconds, milliseconds, FLOPs, MB and counts keep their unit everywhere; ratios
+#   (÷ dense, speed-ups) show as "0.55×"; unitless scores (FVU, MCC, loss recovered, an
+#   exponent) as plain numbers. The JSON's ``columns`` block gives each key's unit, the
+#   direction that is better and its Markdown header.
+# - numbers: 3 significant digits, thousands separators, an exponent only below 0.001.
+# - spread: "mean ± std" only where n ≥ 2 seeds; one seed shows its value and "(n=1)".
+# - ranks: a row shares the rank of the best row of its group while Welch's t-test
+#   (scipy.stats, two-sided) cannot tell it from that row at the 5 % level, shown "=2"; a row
+#   of one seed cannot be told from anything and joins the group above it.
+# - method names link to the paper the registry names (a URL only where the source text has
+#   one; an arXiv id or a github.com path counts), and each board lists the sources it shows.
+#
+# The Markdown writer stays hand-rolled, measured against the libraries: great_tables has no
+# Markdown output (HTML and LaTeX only; `python -X importtime -c "import great_tables"`: 0.17-0.20
+# s cumulative on the development machine, 9.4 KB of HTML and CSS for a one-row table); polars'
+# Config(tbl_formatting="MARKDOWN") wraps a cell longer than its width budget and a cell with a
+# line break into extra table rows (a 70,000-character error became 23,000 rows) and panics
+# when tbl_width_chars exceeds 65,535. Here every cell is escaped and kept on its row.
+
+PCT = "fraction"  # the stored unit of a share; Markdown shows it in percent
+HIGHER, LOWER = "higher", "lower"
+
+
+@dataclass(frozen=True)
+class Col:
+    """One board column: ``key`` in the frame, CSV and JSON; ``header`` in Markdown (with its
+    unit); ``unit`` of the stored value; ``better``: ``higher``, ``lower`` or None; ``show``:
+    how Markdown writes it (``pct`` a fraction as percent, ``num`` :func:`readable`, ``int``
+    with separators, ``si`` with an SI prefix, ``times`` a ratio with ×, ``sci`` one exponent
+    digit, ``text`` escaped, ``code`` a code span, ``method`` a link to the source)."""
+
+    key: str
+    header: str
+    unit: str = ""
+    better: str | None = None
+    show: str = "num"
+    digits: int = 2  # decimals of pct and times, significant digits of num
+
+
+def cell(value: Any, col: Col, families: tuple[str, ...] = ()) -> str:
+    """``value`` as ``col`` shows it in Markdown (``–`` for null)."""
+    if value is None or (isinstance(value, float) and value != value and col.show != "num"):
+        return "–"
+    match col.show:
+        case "pct":
+            return f"{100 * value:.{col.digits}f}"
+        case "times":
+            return f"{value:.{col.digits}f}×" if abs(value) < 100 else f"{readable(value)}×"
+        case "int":
+            return f"{int(round(value)):,}"
+        case "si":
+            return si(value)
+        case "sci":
+            return f"{value:.1e}"
+        case "text":
+            return md_escape(value)
+        case "code":
+            return md_code(value)
+        case "method":
+            return method_link(str(value), families)
+        case "md":
+            return str(value)
+    return readable(value, max(col.digits, 3)) if isinstance(value, float) else fmt(value)
+
+
+def si(x: float) -> str:
+    """``x`` with an SI prefix and 3 significant digits: ``1.25 G``, ``830 k``, ``12``."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{readable(x / factor)} {prefix}"
+    return readable(float(x))
+
+
+def mean_std(mean: float | None, std: float | None, n: int | None, col: Col) -> str:
+    """``97.12 ± 0.15`` for n ≥ 2, ``97.12 (n=1)`` for one seed, ``–`` without a value; the
+    std in the same unit and decimals as the mean."""
+    if mean is None or not n:
+        return "–"
+    text = cell(mean, col)
+    if n < 2 or std is None:
+        return f"{text} (n=1)" if n == 1 else text
+    if col.show == "pct":
+        return f"{text} ± {100 * std:.{col.digits}f}"
+    if col.show == "num":
+        if "." in text and "e" not in text:  # the std to the mean's last decimal
+            return f"{text} ± {std:.{len(text.split('.')[1])}f}"
+    return f"{text} ± {cell(std, col)}"
+
+
+def md_frame(df: pl.DataFrame, cols: list[Col], families: tuple[str, ...] = ()) -> list[str]:
+    """The Markdown lines of ``df``'s columns named by ``cols`` (header: each column's
+    ``header``; cells by :func:`cell`; a column already rendered to text, e.g. a ``mean ±
+    std`` cell, is escaped)."""
+    lines = ["| " + " | ".join(c.header for c in cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.select(c.key for c in cols).iter_rows():
+        cells = [
+            md_escape(v) if isinstance(v, str) and c.show not in ("code", "method", "md") else
+            cell(v, c, families)
+            for v, c in zip(row, cols)
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def columns_block(cols: list[Col], *frames: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """The JSON ``columns`` block: for every key of ``frames`` its unit, the better direction
+    (``higher``, ``lower`` or null) and its Markdown header; keys ``cols`` does not declare
+    are identifiers or text (no unit, no direction)."""
+    known = {c.key: c for c in cols}
+    block: dict[str, dict[str, Any]] = {}
+    for frame in frames:
+        for key in frame.columns:
+            c = known.get(key, Col(key, key.replace("_", " ")))
+            block.setdefault(key, {"unit": c.unit, "better": c.better, "header": c.header})
+    return block
+
+
+def board_json(cols: list[Col], rows: pl.DataFrame, **tables: pl.DataFrame) -> dict[str, Any]:
+    """A board's ``leaderboard.json``: ``units`` (the convention), ``columns``
+    (:func:`columns_block` of every table), ``rows`` and each further table by name."""
+    return {
+        "units": "shares (unit 'fraction') are fractions, 1 = 100 %; Markdown shows them in %",
+        "columns": columns_block(cols, rows, *tables.values()),
+        "rows": rows.to_dicts(),
+        **{name: t.to_dicts() for name, t in tables.items()},
+    }
+
+
+def separated(a: tuple[float, float | None, int], b: tuple[float, float | None, int]) -> bool:
+    """Whether two (mean, std, n) rows differ at the 5 % level by Welch's t-test; a row of
+    one seed (no std) is never separated; two rows without spread (std 0: deterministic) are
+    separated when their means differ."""
+    (m1, s1, n1), (m2, s2, n2) = a, b
+    if n1 < 2 or n2 < 2 or s1 is None or s2 is None:
+        return False
+    if s1 == 0 and s2 == 0:
+        return m1 != m2
+    from scipy.stats import ttest_ind_from_stats
+
+    p = ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False).pvalue
+    return bool(p < 0.05)
+
+
+def noise_ranks(
+    df: pl.DataFrame, mean: str, std: str, n: str, over: list[str], higher_better: bool
+) -> pl.DataFrame:
+    """``df`` with ``rank`` (Int64) and ``tied`` (Boolean) by ``mean`` within the ``over``
+    groups: rows sorted best first; a row joins the tie group of the row above when
+    :func:`separated` cannot tell it from that group's best row, else starts a group whose
+    rank is its position (1, =2, =2, 4); ``tied`` marks groups of two or more. Null means:
+    null rank. Row order is kept."""
+    ranks: list[int | None] = [None] * df.height
+    tied: list[bool | None] = [None] * df.height
+    idx = df.with_row_index("_i")
+    groups = idx.group_by(over, maintain_order=True) if over else [((), idx)]
+    for _, g in groups:
+        g = g.filter(pl.col(mean).is_not_null()).sort(mean, descending=higher_better)
+        rows = list(zip(g["_i"], g[mean], g[std], g[n].fill_null(0), strict=True))
+        members: list[list[int]] = []
+        leader = None
+        for pos, (i, m, s, k) in enumerate(rows):
+            if leader is None or separated(leader, (m, s, k)):
+                leader, rank = (m, s, k), pos + 1
+                members.append([])
+            members[-1].append(i)
+            ranks[i] = rank
+        for group in members:
+            for i in group:
+                tied[i] = len(group) > 1
+    return df.with_columns(
+        pl.Series("rank", ranks, dtype=pl.Int64), pl.Series("tied", tied, dtype=pl.Boolean)
+    )
+
+
+def rank_text(rank: int | None, tied: bool | None) -> str:
+    """``2``, ``=2`` for a rank shared within noise, ``–`` unranked."""
+    if rank is None:
+        return "–"
+    return f"={rank}" if tied else str(rank)
+
+
+# An address in a method's "Source:" text: a URL, a github.com path or an arXiv id (the
+# characters a Markdown link target can hold without escaping).
+_URL = re.compile(r"https?://[A-Za-z0-9._~/?#=&%+-]+")
+_GITHUB = re.compile(r"(?<![/\w.])github\.com/[A-Za-z0-9._~/-]+")
+_ARXIV = re.compile(r"arXiv[: ]\s*(\d{4}\.\d{4,5})", re.IGNORECASE)
+
+
+def source_url(source: str) -> str | None:
+    """The first address in ``source`` (a registry ``MethodInfo.source``), or None."""
+    found = [(m.start(), m.group(0)) for m in _URL.finditer(source)]
+    found += [(m.start(), "https://" + m.group(0)) for m in _GITHUB.finditer(source)]
+    found += [(m.start(), f"https://arxiv.org/abs/{m.group(1)}") for m in _ARXIV.finditer(source)]
+    if not found:
+        return None
+    return min(found)[1].rstrip(".,;:")
+
+
+def _sources(families: tuple[str, ...]) -> dict[str, str]:
+    if not families:
+        return {}
+    from sparsebench.suite import registry
+
+    try:
+        return {n: i.source for n, i in registry.all_methods(families).items()}
+    except registry.RegistryError:
+        return {}
+
+
+def method_link(name: str, families: tuple[str, ...]) -> str:
+    """``name`` as a code span, linked to its source's address when the registry gives one."""
+    url = source_url(_sources(families).get(name, ""))
+    return f"[{md_code(name)}]({url})" if url else md_code(name)
+
+
+def sources_lines(names: list[str], families: tuple[str, ...]) -> list[str]:
+    """A "Sources" list: each of ``names`` (registered in ``families``) with the registry's
+    source text, escaped, and its address."""
+    known = _sources(families)
+    lines = []
+    for name in dict.fromkeys(names):
+        text = known.get(name)
+        if text:
+            lines.append(f"- {method_link(name, families)}: {md_escape(text)}")
+    return ["**Sources**", "", *lines, ""] if lines else []
+
+
+def join_values(values: list[Any], sep: str = ", ") -> str:
+    """Values as text without a Python list around them: ``39, 41`` (numbers by :func:`fmt`)."""
+    return sep.join(fmt(v) for v in values) or "–"
+
+
+def log_ticks(axis: Any, si_prefix: bool = False) -> None:
+    """A log-scale matplotlib ``axis`` labelled in plain numbers at 1, 2 and 5 per decade
+    (``4``, ``20``; with ``si_prefix``: ``2 G``, ``50 G``), no minor labels: matplotlib's
+    default ``4×10⁰`` labels are hard to read and overlap."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    def label(v: float, _: Any) -> str:
+        if si_prefix:
+            for factor, prefix in ((1e12, " T"), (1e9, " G"), (1e6, " M"), (1e3, " k")):
+                if v >= factor:
+                    return f"{v / factor:g}{prefix}"
+        return f"{v:g}" if v >= 1e-4 else f"{v:.0e}"
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(label))
+    axis.set_minor_formatter(NullFormatter())

@@ -13,7 +13,24 @@ from typing import Any
 
 import polars as pl
 
-from sparsebench.suite.boards import md_code, md_escape, write_board_files
+from sparsebench.suite.boards import (
+    HIGHER,
+    LOWER,
+    PCT,
+    Col,
+    board_json,
+    join_values,
+    log_ticks,
+    md_code,
+    md_escape,
+    md_frame,
+    mean_std,
+    method_link,
+    noise_ranks,
+    rank_text,
+    sources_lines,
+    write_board_files,
+)
 from sparsebench.suite.schemas import TableError
 
 GROUP_KEYS: tuple[str, ...] = ("task", "target_sparsity", "method", "setting_id")
@@ -25,6 +42,7 @@ LEADERBOARD_SCHEMA: dict[str, pl.DataType] = {
     "task": pl.String(),
     "target_sparsity": pl.Float64(),
     "rank": pl.Int64(),
+    "tied": pl.Boolean(),  # the rank is shared with a row inside the seed noise
     "method": pl.String(),
     "setting_id": pl.String(),
     "setting": pl.String(),  # readable non-default parameters, e.g. "zeta=0.1"
@@ -62,8 +80,10 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
     their count and ``n_failed`` counts failed/diverged rows of the group. A group whose runs all
     failed is kept with n=0, null statistics and null rank. ``train_wall_rel_dense`` divides the
     group's mean training wall-clock by the mean of the task's dense runs (null without dense).
-    ``rank`` is 1 for the best test accuracy within (task, target_sparsity), ties share the
-    lowest rank. Sorted by task, target_sparsity, rank. Columns: :data:`LEADERBOARD_SCHEMA`.
+    ``rank`` is 1 for the best test accuracy within (task, target_sparsity); rows that
+    Welch's t-test cannot tell apart from their group's best at 5 % share its rank and are
+    ``tied`` (:func:`sparsebench.suite.boards.noise_ranks`). Sorted by task, target_sparsity,
+    rank, mean. Columns: :data:`LEADERBOARD_SCHEMA`.
 
     Raises :class:`TableError` if ``runs`` lacks a column the leaderboard needs.
     """
@@ -124,13 +144,14 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
         .join(dense_wall, on="task", how="left")
         .with_columns(
             (pl.col("train_wall_s_mean") / pl.col("_dense_wall")).alias("train_wall_rel_dense"),
-            pl.col("test_acc_mean")
-            .rank(method="min", descending=True)
-            .over(list(RANK_KEYS))
-            .cast(pl.Int64)
-            .alias("rank"),
         )
-        .sort([*RANK_KEYS, "rank", "method", "setting_id"], nulls_last=True)
+        .sort([*RANK_KEYS, "method", "setting_id"])
+    )
+    board = noise_ranks(board, "test_acc_mean", "test_acc_std", "n", list(RANK_KEYS), True)
+    board = board.sort(
+        [*RANK_KEYS, "rank", "test_acc_mean", "method", "setting_id"],
+        descending=[False, False, False, True, False, False],
+        nulls_last=True,
     )
     return board.select([pl.col(c).cast(t) for c, t in LEADERBOARD_SCHEMA.items()])
 
@@ -138,17 +159,48 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
 # ---------------------------------------------------------------------------- formatting
 
 
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.2f}"
+FAMILIES = ("dst", "pruning")
+
+# Every leaderboard column: its unit in CSV/JSON, the better direction and its Markdown header.
+COLUMNS: list[Col] = [
+    Col("task", "task", show="code"),
+    Col("target_sparsity", "sparsity (%)", PCT, show="pct", digits=0),
+    Col("rank", "rank", better=LOWER),
+    Col("tied", "tied within noise"),
+    Col("method", "method", show="method"),
+    Col("setting_id", "setting id", show="code"),
+    Col("setting", "setting", show="text"),
+    Col("n", "seeds", "count", HIGHER, "int"),
+    Col("n_failed", "failed", "count", LOWER, "int"),
+    Col("test_acc_mean", "test acc (%)", PCT, HIGHER, "pct"),
+    Col("test_acc_std", "test acc std (%)", PCT, LOWER, "pct"),
+    Col("val_acc_mean", "val acc (%)", PCT, HIGHER, "pct"),
+    Col("actual_sparsity_mean", "actual sparsity (%)", PCT, show="pct"),
+    Col("distribution", "start allocation", show="text"),
+    Col("allocation", "end allocation", show="text"),
+    Col("allocation_shift_max", "largest layer shift (%)", PCT, show="pct", digits=1),
+    Col("init", "init", show="text"),
+    Col("mask_updates_mean", "mask updates", "count", show="int"),
+    Col("trained_density_mean", "trained density (%)", PCT, show="pct"),
+    Col("effective_density_mean", "effective density (%)", PCT, show="pct"),
+    Col("reachable_outputs_min", "reach (%)", PCT, HIGHER, "pct", digits=0),
+    Col("train_flops_mean", "train FLOPs", "FLOPs", LOWER, "si"),
+    Col("train_flops_rel_dense_mean", "train FLOPs ÷ dense", "ratio", LOWER, "times", 3),
+    Col("inference_flops_mean", "inference FLOPs", "FLOPs", LOWER, "si"),
+    Col("inference_flops_rel_dense_mean", "inference FLOPs ÷ dense", "ratio", LOWER, "times", 3),
+    Col("train_wall_s_mean", "train time (s)", "s", LOWER),
+    Col("train_wall_rel_dense", "train time ÷ dense", "ratio", LOWER, "times"),
+    Col("infer_ms_median", "inference (ms)", "ms", LOWER),
+]
+_COL = {c.key: c for c in COLUMNS}
+ACC = _COL["test_acc_mean"]
 
 
 def _acc_cell(row: dict[str, Any]) -> str:
-    """``97.12 ± 0.15 (n=3)`` in percent; no ± for a single seed."""
+    """``97.12 ± 0.15`` in percent over n ≥ 2 seeds, ``97.12 (n=1)`` for one seed."""
     if row["n"] == 0 or row["test_acc_mean"] is None:
-        return f"– (n=0, {row['n_failed']} failed)"
-    std = row["test_acc_std"]
-    spread = f" ± {100 * std:.2f}" if std is not None else ""
-    return f"{100 * row['test_acc_mean']:.2f}{spread} (n={row['n']})"
+        return f"– ({row['n_failed']} failed)"
+    return mean_std(row["test_acc_mean"], row["test_acc_std"], row["n"], ACC)
 
 
 def _times(x: float | None) -> str:
@@ -157,40 +209,6 @@ def _times(x: float | None) -> str:
 
 def _num(x: float | None, fmt: str = ".2f") -> str:
     return "–" if x is None else format(x, fmt)
-
-
-_MD_HEADER = (
-    "| rank | method | setting | test acc % | val acc % | actual sparsity % | alloc | init "
-    "| mask updates | trained density % | effective density % | reach | train FLOPs "
-    "| train FLOPs ÷ dense | inference FLOPs ÷ dense | train s | train s ÷ dense | infer ms "
-    "| failed |"
-)
-_MD_RULE = "|" + "---|" * _MD_HEADER.count(" | ") + "---|"
-
-
-def _md_row(row: dict[str, Any]) -> str:
-    cells = [
-        _num(row["rank"], "d"),
-        md_code(row["method"]),
-        md_escape(row["setting"]),
-        _acc_cell(row),
-        _pct(row["val_acc_mean"]),
-        _pct(row["actual_sparsity_mean"]),
-        _allocation(row),
-        md_escape(row["init"] or "–"),
-        _num(row["mask_updates_mean"], ".3g"),
-        _pct(row["trained_density_mean"]),
-        _pct(row["effective_density_mean"]),
-        _num(row["reachable_outputs_min"]),
-        _num(row["train_flops_mean"], ".3g"),
-        _times(row["train_flops_rel_dense_mean"]),
-        _times(row["inference_flops_rel_dense_mean"]),
-        _num(row["train_wall_s_mean"]),
-        _times(row["train_wall_rel_dense"]),
-        _num(row["infer_ms_median"]),
-        str(row["n_failed"]),
-    ]
-    return "| " + " | ".join(cells) + " |"
 
 
 def _allocation(row: dict[str, Any]) -> str:
@@ -206,58 +224,138 @@ def _allocation(row: dict[str, Any]) -> str:
     return text
 
 
-def _md_table(rows: list[dict[str, Any]]) -> list[str]:
-    return [_MD_HEADER, _MD_RULE, *(_md_row(r) for r in rows), ""]
+def _display(board: pl.DataFrame) -> pl.DataFrame:
+    """``board`` with the text cells of its Markdown tables: rank (``=2`` when tied), test
+    accuracy (mean ± std or n=1), seeds (with failed ones) and the allocation."""
+    rows = board.to_dicts()
+    return board.with_columns(
+        pl.Series("rank_md", [rank_text(r["rank"], r["tied"]) for r in rows], dtype=pl.String),
+        pl.Series("acc_md", [_acc_cell(r) for r in rows], dtype=pl.String),
+        pl.Series("alloc_md", [_allocation(r) for r in rows], dtype=pl.String),
+        pl.Series(
+            "seeds_md",
+            [f"{r['n']}" + (f" ({r['n_failed']} failed)" if r["n_failed"] else "") for r in rows],
+            dtype=pl.String,
+        ),
+    )
+
+
+# The per-sparsity table: quality and cost (the mask diagnostics have a table of their own).
+_MAIN = [
+    Col("rank_md", "rank", show="md"),
+    _COL["method"],
+    _COL["setting"],
+    Col("acc_md", "test acc (%)", show="md"),
+    Col("seeds_md", "seeds", show="md"),
+    _COL["val_acc_mean"],
+    _COL["train_flops_rel_dense_mean"],
+    _COL["inference_flops_rel_dense_mean"],
+    _COL["train_wall_s_mean"],
+    _COL["infer_ms_median"],
+]
+_MASKS = [
+    _COL["target_sparsity"],
+    _COL["method"],
+    _COL["setting"],
+    _COL["actual_sparsity_mean"],
+    Col("alloc_md", "allocation (start→end, largest shift)", show="text"),
+    _COL["init"],
+    _COL["mask_updates_mean"],
+    _COL["trained_density_mean"],
+    _COL["effective_density_mean"],
+    _COL["reachable_outputs_min"],
+]
+
+
+def _pivot(board: pl.DataFrame) -> list[str]:
+    """Sparsity as columns: one row per sparse method (and setting), its test accuracy at each
+    sparsity and its training FLOPs ÷ dense at each, sorted by accuracy at the highest
+    sparsity; the dense reference as a line above."""
+    sparse = board.filter(pl.col("target_sparsity") > 0.0)
+    levels = sorted(set(sparse["target_sparsity"].to_list()))
+    if not levels:
+        return []
+    rows = []
+    for (method, setting), g in sparse.group_by("method", "setting", maintain_order=True):
+        at = {r["target_sparsity"]: r for r in g.to_dicts()}
+        rows.append((method, setting, at))
+    top = levels[-1]
+    rows.sort(key=lambda r: -(r[2].get(top, {}).get("test_acc_mean") or -1.0))
+    pct = [f"{100 * s:g} %" for s in levels]
+    lines = [
+        "| method | setting | " + " | ".join(f"test acc (%) at {p}" for p in pct)
+        + f" | train FLOPs ÷ dense at {' / '.join(pct)} |",
+        "|" + "---|" * (len(levels) + 3),
+    ]  # fmt: skip
+    for method, setting, at in rows:
+        accs = [_acc_cell(at[s]) if s in at else "–" for s in levels]
+        flops = [_times(at[s]["train_flops_rel_dense_mean"]) if s in at else "–" for s in levels]
+        lines.append(
+            f"| {method_link(method, FAMILIES)} | {md_escape(setting)} | {' | '.join(accs)} "
+            f"| {' / '.join(flops)} |"
+        )
+    return [*lines, ""]
 
 
 def _distinct(runs: pl.DataFrame, column: str) -> str:
     if column not in runs.columns:
         return "unknown"
-    values = runs.get_column(column).drop_nulls().unique().sort().to_list()
-    return ", ".join(str(v) for v in values) or "unknown"
+    return join_values(runs.get_column(column).drop_nulls().unique().sort().to_list())
 
 
 def leaderboard_markdown(runs: pl.DataFrame, board: pl.DataFrame | None = None) -> str:
     """The Markdown leaderboard of ``runs`` (``board`` = its :func:`build_leaderboard`).
 
-    One section per task, the dense baseline first as reference, then one table per sparsity;
-    a footnote with the threads / concurrent jobs the timings were measured with, and the failed
-    runs with their errors. Raises :class:`TableError` as :func:`build_leaderboard` does.
+    One section per task: the dense reference, the sparsity-as-columns pivot, one table per
+    sparsity (rank, accuracy and costs), and one table of what the masks ended as; a footnote
+    with the threads / concurrent jobs the timings were measured with, the failed runs with
+    their errors and the methods' sources. Raises :class:`TableError` as
+    :func:`build_leaderboard` does.
     """
-    board = build_leaderboard(runs) if board is None else board
-    bench = _distinct(runs, "benchmark")
+    board = _display(build_leaderboard(runs) if board is None else board)
+    bench = md_escape(_distinct(runs, "benchmark"))
     out = [
         f"# Leaderboard: {bench}",
         "",
-        "Test accuracy in percent, mean ± std over seeds (n = seeds that finished); rank within "
-        "(task, sparsity) by mean test accuracy. Costs are means over seeds and relative to the "
-        "dense baseline of the same task (÷ dense). Inference ms is the median over seeds. "
-        "alloc: layer-wise allocation at the start, →where it ended when that differs, and "
-        "(± pt) the largest move of a layer's density away from the start allocation; init: "
-        "initial-weight rule; mask updates: steps at which some mask changed (mean); trained "
-        "density: weights active for at least the last 10 % of the steps; effective density: "
-        "active weights on some input-to-output path; reach: lowest share of outputs "
-        "reachable from the input (below 1: part of the network is disconnected).",
+        "Test accuracy in percent, mean ± std over seeds (one seed: its value and n=1). Rank "
+        "within (task, sparsity) by mean test accuracy; =k: a rank shared with rows that "
+        "Welch's t-test (5 %) cannot tell from the group's best (one seed is never told "
+        "apart). Costs are means over seeds, ÷ dense relative to the same task's dense "
+        "baseline; inference ms is the median over seeds. Allocation: layer-wise allocation "
+        "at the start, →where it ended when that differs, and (± pt) the largest move of a "
+        "layer's density; init: initial-weight rule; mask updates: steps at which some mask "
+        "changed; trained density: weights active for at least the last 10 % of the steps; "
+        "effective density: active weights on some input-to-output path; reach: lowest "
+        "share of outputs reachable from the input (below 100: part of the network is "
+        "disconnected). leaderboard.csv and .json keep every column, shares as fractions.",
         "",
     ]
     for task in board.get_column("task").unique(maintain_order=True).to_list():
         tb = board.filter(pl.col("task") == task)
         truns = runs.filter(pl.col("task") == task)
-        out += [f"## Task `{task}`", ""]
-        meta = [f"{c} {_distinct(truns, c)}" for c in ("dataset", "model") if c in runs.columns]
+        out += [f"## Task {md_code(task)}", ""]
+        meta = [f"{c} {md_escape(_distinct(truns, c))}" for c in ("dataset", "model")
+                if c in runs.columns]  # fmt: skip
         if meta:
             out += ["; ".join(meta), ""]
         dense = tb.filter(pl.col("target_sparsity") == 0.0)
-        out += ["**Dense reference**", ""]
-        out += _md_table(dense.to_dicts()) if dense.height else ["(no dense baseline run)", ""]
-        for (sparsity,), part in tb.filter(pl.col("target_sparsity") > 0.0).group_by(
-            "target_sparsity", maintain_order=True
-        ):
-            out += [f"### Sparsity {100 * sparsity:g}%", ""]
-            out += _md_table(part.to_dicts())
+        if dense.height:
+            refs = [
+                f"{method_link(r['method'], FAMILIES)} {_acc_cell(r)}" for r in dense.to_dicts()
+            ]
+            out += [f"**Dense reference**: test acc (%) {'; '.join(refs)}", ""]
+        else:
+            out += ["(no dense baseline run)", ""]
+        out += _pivot(tb)
+        for (sparsity,), part in tb.group_by("target_sparsity", maintain_order=True):
+            title = "Dense" if sparsity == 0.0 else f"Sparsity {100 * sparsity:g} %"
+            out += [f"### {title}", "", *md_frame(part, _MAIN, FAMILIES), ""]
+        masks = tb.filter(pl.col("target_sparsity") > 0.0)
+        if masks.height:
+            out += ["### Masks", "", *md_frame(masks, _MASKS, FAMILIES), ""]
     threads, jobs = _distinct(runs, "threads"), _distinct(runs, "parallel_jobs")
-    devices = _distinct(runs, "device")
-    execution = _distinct(runs, "execution")
+    devices = md_escape(_distinct(runs, "device"))
+    execution = md_escape(_distinct(runs, "execution"))
     out += [
         "---",
         "",
@@ -278,57 +376,93 @@ def leaderboard_markdown(runs: pl.DataFrame, board: pl.DataFrame | None = None) 
                 f"**{md_escape(r['status'])}**: {error}"
             )
         out.append("")
+    out += sources_lines(board["method"].to_list(), FAMILIES)
     return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------- plot
 
 
+# One marker per sparsity level, in order (the same shape means the same sparsity in every panel).
+SPARSITY_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h")
+
+
 def pareto_plot(board: pl.DataFrame, path: Path) -> None:
     """Test accuracy (%) vs training FLOPs (log) per task: one line per method (and setting)
-    through its sparsities with std error bars; dense as a dashed line and a marker.
+    through its sparsities with std error bars, the marker shape giving the sparsity (its own
+    legend) and each cluster of points of one sparsity labelled with it; dense as a dashed
+    line and a star.
 
     Uses the Agg canvas directly, never pyplot, so it neither needs a display nor changes a
     caller's matplotlib backend.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     tasks = board.get_column("task").unique(maintain_order=True).to_list()
     ncols = min(3, max(1, len(tasks)))
     nrows = max(1, math.ceil(len(tasks) / ncols))
-    fig = Figure(figsize=(5.5 * ncols, 4.2 * nrows), layout="constrained")
+    fig = Figure(figsize=(6.5 * ncols, 4.8 * nrows), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax in axes[len(tasks) :]:
         ax.set_visible(False)
     plotted = board.filter(pl.col("test_acc_mean").is_not_null() & (pl.col("train_flops_mean") > 0))
+    levels = sorted(s for s in set(plotted["target_sparsity"].to_list()) if s > 0)
+    marker = {s: SPARSITY_MARKERS[i % len(SPARSITY_MARKERS)] for i, s in enumerate(levels)}
     for ax, task in zip(axes, tasks):
         tb = plotted.filter(pl.col("task") == task)
         settings = tb.select("method", "setting_id", "setting").unique(maintain_order=True)
         multi = settings.group_by("method").len().filter(pl.col("len") > 1)
         multi_methods = set(multi.get_column("method").to_list())
-        for method, setting, label_text in settings.iter_rows():
+        for i, (method, setting, label_text) in enumerate(settings.iter_rows()):
             line = tb.filter((pl.col("method") == method) & (pl.col("setting_id") == setting)).sort(
                 "train_flops_mean"
             )
             x = line.get_column("train_flops_mean").to_list()
             y = [100 * v for v in line.get_column("test_acc_mean").to_list()]
             err = [100 * (v or 0.0) for v in line.get_column("test_acc_std").to_list()]
-            label = f"{method} [{label_text}]" if method in multi_methods else method
+            label = f"{method} ({label_text})" if method in multi_methods else method
             if method == DENSE:
                 ax.axhline(y[0], color="black", linestyle="--", linewidth=1, label=label)
-                ax.errorbar(x, y, yerr=err, color="black", marker="*", markersize=10,
+                ax.errorbar(x, y, yerr=err, color="black", marker="*", markersize=11,
                             linestyle="none", capsize=3)  # fmt: skip
-            else:
-                ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=label)
+                continue
+            color = f"C{i % 10}"
+            ax.errorbar(x, y, yerr=err, color=color, capsize=3, label=label, marker="none")
+            for xi, yi, s in zip(x, y, line.get_column("target_sparsity").to_list()):
+                ax.plot(xi, yi, marker=marker.get(s, "o"), color=color, markersize=7,
+                        markeredgecolor="white", linestyle="none")  # fmt: skip
+        # One label per sparsity cluster (points within a factor 1.5 of FLOPs), above its top.
+        sparse = tb.filter(pl.col("target_sparsity") > 0)
+        done: list[tuple[float, float]] = []
+        for r in sparse.sort("test_acc_mean", descending=True).iter_rows(named=True):
+            s, xf = r["target_sparsity"], r["train_flops_mean"]
+            if any(s == ds and abs(math.log10(xf / dx)) < 0.18 for ds, dx in done):
+                continue
+            done.append((s, xf))
+            top = 100 * (r["test_acc_mean"] + (r["test_acc_std"] or 0.0))
+            ax.annotate(f"{100 * s:g} %", (xf, top), textcoords="offset points", xytext=(0, 4),
+                        ha="center", va="bottom", fontsize=8, color="dimgray")  # fmt: skip
         ax.set_xscale("log")
+        log_ticks(ax.xaxis, si_prefix=True)
         ax.set_title(task)
-        ax.set_xlabel("training FLOPs")
+        ax.set_xlabel("training FLOPs (log scale)")
         ax.set_ylabel("test accuracy (%)")
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.margins(y=0.12)
         if tb.height:
-            ax.legend(fontsize="small")
+            first = ax.legend(fontsize="small", loc="lower right", title="method")
+            ax.add_artist(first)
+            shapes = [
+                Line2D(
+                    [], [], marker=marker[s], color="gray", linestyle="none", label=f"{100 * s:g} %"
+                )
+                for s in levels
+            ]
+            if shapes:
+                ax.legend(handles=shapes, fontsize="small", loc="upper left", title="sparsity")
         else:
             ax.text(0.5, 0.5, "no finished runs", ha="center", va="center",
                     transform=ax.transAxes)  # fmt: skip
@@ -350,7 +484,7 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     board = build_leaderboard(runs)
     md = leaderboard_markdown(runs, board)
     plots = {"pareto.png": lambda path: pareto_plot(board, path)}
-    return write_board_files(Path(out_dir), md, board, plots=plots)
+    return write_board_files(Path(out_dir), md, board, board_json(COLUMNS, board), plots)
 
 
 def read_leaderboard(out_dir: Path) -> pl.DataFrame:
@@ -361,7 +495,11 @@ def read_leaderboard(out_dir: Path) -> pl.DataFrame:
     path = Path(out_dir) / "leaderboard.json"
     if not path.is_file():
         raise TableError(f"no leaderboard at {path}; run `sparsebench leaderboard {out_dir}`")
-    return pl.read_json(path, schema=LEADERBOARD_SCHEMA)
+    import json
+
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    rows = rows["rows"] if isinstance(rows, dict) else rows  # a board from before the block
+    return pl.from_dicts(rows, schema=LEADERBOARD_SCHEMA)
 
 
 def summary(source: Path | pl.DataFrame, top: int = 3) -> str:
@@ -380,11 +518,11 @@ def summary(source: Path | pl.DataFrame, top: int = 3) -> str:
         label = "dense reference" if sparsity == 0.0 else f"sparsity {100 * sparsity:g}%"
         lines.append(f"{task} @ {label}")
         for r in part.head(top).to_dicts():
-            rank = "-" if r["rank"] is None else str(r["rank"])
+            rank = rank_text(r["rank"], r.get("tied"))
             flops = _times(r["train_flops_rel_dense_mean"])
             name = r["method"] if r["setting_id"] == "default" else f"{r['method']}[{r['setting']}]"
             lines.append(
-                f"  {rank:>2}. {name:<18} {_acc_cell(r):<24} "
+                f"  {rank:>3}. {name:<40} {_acc_cell(r):<16} "
                 f"train FLOPs {flops} dense  train {_num(r['train_wall_s_mean'])} s"
             )
     return "\n".join(lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +102,10 @@ def test_statistics_by_hand(runs) -> None:
 def test_rank_within_task_and_sparsity(runs) -> None:
     board = build_leaderboard(runs)
     assert cell(board, "rigl")["rank"] == 1
-    assert cell(board, "set")["rank"] == 2
+    # rigl 0.90/0.92 against set 0.80/0.84: Welch t = 0.09 / sqrt(0.0002/2 + 0.0008/2) = 4.02
+    # on 1.47 degrees of freedom, p ≈ 0.09 > 0.05: inside the noise of two seeds, a shared rank.
+    assert cell(board, "set")["rank"] == 1
+    assert cell(board, "rigl")["tied"] and cell(board, "set")["tied"]
     assert cell(board, "snip")["rank"] is None  # all its runs diverged
     assert cell(board, "rigl", task="other")["rank"] == 1
     # Sorted by task, sparsity, rank; unranked last.
@@ -115,7 +119,7 @@ def test_rank_within_task_and_sparsity(runs) -> None:
     ]
 
 
-def test_ties_share_min_rank(make_record) -> None:
+def test_single_seed_rows_are_never_ranked_apart(make_record) -> None:
     recs = [
         make_record(method="rigl", test_acc=0.9),
         make_record(method="set", test_acc=0.9),
@@ -123,7 +127,22 @@ def test_ties_share_min_rank(make_record) -> None:
     ]
     board = build_leaderboard(pl.from_dicts(recs, schema_overrides=DTYPES))
     ranks = dict(board.select("method", "rank").rows())
-    assert ranks == {"rigl": 1, "set": 1, "snip": 3}
+    assert ranks == {"rigl": 1, "set": 1, "snip": 1}  # one seed each: no spread to test
+    assert board["tied"].to_list() == [True, True, True]
+
+
+def test_separated_rows_get_their_own_rank_and_close_ones_share_it(make_record) -> None:
+    r = make_record
+    recs = [
+        *(r(method="rigl", seed=s, test_acc=a) for s, a in enumerate((0.90, 0.91, 0.92))),
+        *(r(method="set", seed=s, test_acc=a) for s, a in enumerate((0.895, 0.905, 0.915))),
+        *(r(method="snip", seed=s, test_acc=a) for s, a in enumerate((0.50, 0.51, 0.52))),
+    ]
+    board = build_leaderboard(pl.from_dicts(recs, schema_overrides=DTYPES))
+    got = {m: (k, t) for m, k, t in board.select("method", "rank", "tied").rows()}
+    # rigl vs set: means 0.910 and 0.905, both std 0.01, t = 0.005 / sqrt(2 * 0.0001 / 3)
+    # = 0.61: not significant. rigl vs snip: t = 0.4 / 0.00816 = 49: separated.
+    assert got == {"rigl": (1, True), "set": (1, True), "snip": (3, False)}
 
 
 def test_train_wall_relative_to_dense(runs) -> None:
@@ -158,7 +177,8 @@ def test_settings_are_separate_rows(make_record) -> None:
         make_record(method="rigl", setting_id="a1b2", test_acc=0.95),
     ]
     board = build_leaderboard(pl.from_dicts(recs, schema_overrides=DTYPES))
-    assert dict(board.select("setting_id", "rank").rows()) == {"a1b2": 1, "default": 2}
+    # one seed each: not ranked apart, the better mean listed first
+    assert board.select("setting_id", "rank").rows() == [("a1b2", 1), ("default", 1)]
 
 
 # ---------------------------------------------------------------------------- records -> table
@@ -262,23 +282,48 @@ def test_write_leaderboard_files(tmp_path, runs) -> None:
     assert read_leaderboard(tmp_path / "out").equals(board)
     csv = pl.read_csv(paths["csv"])
     assert csv.height == board.height and csv.columns == board.columns
-    assert len(json.loads(paths["json"].read_text())) == board.height
+    data = json.loads(paths["json"].read_text())
+    assert len(data["rows"]) == board.height
+    # Each column's unit and direction: accuracy is a fraction, higher is better; seconds lower.
+    assert data["columns"]["test_acc_mean"]["unit"] == "fraction"
+    assert data["columns"]["test_acc_mean"]["better"] == "higher"
+    assert data["columns"]["train_wall_s_mean"] == {
+        "unit": "s", "better": "lower", "header": "train time (s)"
+    }  # fmt: skip
+    assert set(data["columns"]) == set(board.columns)
 
 
 def test_markdown_content(tmp_path, runs) -> None:
     md = write_leaderboard(runs, tmp_path)["md"].read_text(encoding="utf-8")
     assert f"## Task `{TASK}`" in md and "## Task `other`" in md
     # dense reference comes before the per-sparsity tables of the task
-    assert md.index("**Dense reference**") < md.index("### Sparsity 90%")
-    assert "96.00 ± 1.41 (n=2)" in md  # dense
-    assert "91.00 ± 1.41 (n=2)" in md  # rigl
-    assert "70.00 (n=1)" in md  # single seed: no ±
-    assert "0.10×" in md  # train FLOPs rel dense
-    assert "0.50×" in md  # rigl wall rel dense
-    assert "| 1.50 |" in md  # seconds with 2 decimals
+    assert md.index("**Dense reference**") < md.index("### Sparsity 90 %")
+    assert "96.00 ± 1.41" in md  # dense: mean of 95 and 97 %, std sqrt(2) points
+    assert "91.00 ± 1.41" in md  # rigl
+    assert "70.00 (n=1)" in md and "70.00 ±" not in md  # single seed: its value and n=1
+    assert "| =1 | `rigl` |" in md and "| =1 | `set` |" in md  # inside the noise (p ≈ 0.09)
+    # units in the headers, no snake_case header
+    assert "| rank | method | setting | test acc (%) | seeds | val acc (%) |" in md
+    assert "train time (s)" in md and "inference (ms)" in md
+    assert "0.10× / " not in md and "| 0.10× |" in md  # pivot: one sparsity, one ratio
+    assert "| 1.50 |" in md  # seconds with 3 significant digits
     assert "1 torch thread(s) per job and 2 concurrent job(s)" in md
     assert "## Failed runs (2)" in md
     assert "RuntimeError: out of memory" in md and "loss is nan at step 3" in md
+
+
+def test_markdown_has_no_python_list_and_links_a_method_to_its_source(make_record, tmp_path):
+    recs = [
+        make_record(method="gmp", seed=s, test_acc=a, threads=1, device="cpu")
+        for s, a in enumerate((0.9, 0.92))
+    ]
+    md = write_leaderboard(pl.from_dicts(recs, schema_overrides=DTYPES), tmp_path)["md"]
+    text = md.read_text(encoding="utf-8")
+    # gmp's registered source names arXiv:1710.01878
+    assert "[`gmp`](https://arxiv.org/abs/1710.01878)" in text
+    assert "**Sources**" in text and "To prune, or not to prune" in text
+    assert not re.search(r"\[(?:'|\d)", text)  # no ['cpu'] or [1] from a Python list
+    assert "device: cpu;" in text
 
 
 def test_summary(tmp_path, runs) -> None:
