@@ -191,3 +191,16 @@ def test_pillar_and_family_lookups_suggest():
     with pytest.raises(PillarError) as e:
         families_of("qqqqzz")
     assert "did you mean" not in str(e.value)
+
+
+def test_a_mistyped_potential_parameter_suggests_the_potentials_parameter():
+    from sparsebench.suite.pillar import all_pillars
+
+    data = {"benchmark": "t", **all_pillars()["hessian"].example()}
+    data["hessian"]["potentials"] = {"pair": {"cutof": 3.0}}
+    assert _error(data) == (
+        "s.yaml: hessian.potentials.pair: cutof: unknown key; allowed: D, a, r0, cutoff, skin, "
+        "p; did you mean 'cutoff'?"
+    )
+    data["hessian"]["potentials"] = {"pair": {"qqqqzz": 3.0}}
+    assert "did you mean" not in _error(data)

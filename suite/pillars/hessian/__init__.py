@@ -39,10 +39,15 @@ def potential_tag(potential: str, params_json: str) -> str:
 
 def potential_hops(kind: str, params: dict[str, Any]) -> int:
     """K of potential ``kind`` with ``params`` (builds it on methane; validates the params).
-    Raises ValueError for unknown or bad parameters."""
-    from sparsebench.methods.hessian.potentials import build_potential
+    Raises ValueError for unknown or bad parameters (a mistyped name with the closest one)."""
+    from sparsebench.methods.hessian.potentials import POTENTIALS, build_potential
     from sparsebench.methods.hessian.systems import build_system
 
+    # unknown names here, with the closest one as for methods; values in build_potential
+    cls = POTENTIALS.get(kind).Params
+    registry.check_fields(
+        cls, {k: v for k, v in params.items() if registry.field_problem(cls, k, v) == "unknown"}
+    )
     return build_potential(kind, build_system("alkane", 1), **params).hops
 
 
