@@ -8,10 +8,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from sparsebench.suite.atomic import write_atomic
-from sparsebench.suite.boards import failed_lines, fmt, md_table, write_board_files
+from sparsebench.suite.boards import (
+    HIGHER,
+    LOWER,
+    PCT,
+    Col,
+    board_json,
+    failed_lines,
+    md_escape,
+    md_frame,
+    mean_std,
+    method_link,
+    noise_ranks,
+    rank_text,
+    sources_lines,
+    write_board_files,
+)
 
 KEYS = ("model", "method", "setting")
 
@@ -57,7 +73,7 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
     board = (
         ok.group_by(*KEYS, "kind", maintain_order=True)
         .agg(
-            pl.len().alias("seeds"),
+            pl.len().cast(pl.Int64).alias("seeds"),
             pl.col("norm_acc").mean().alias("norm_acc"),
             pl.col("norm_acc").std().alias("norm_acc_std"),
             pl.col("avg_acc").mean().alias("avg_acc"),
@@ -82,18 +98,17 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
             "model", "_ref", "per_task_models", "norm_acc", descending=[False, False, False, True]
         )
     )
-    rank = (
-        pl.when(pl.col("kind") == "merge")
-        .then(
-            pl.col("norm_acc").rank("min", descending=True).over("model", "kind", "per_task_models")
-        )
-        .otherwise(None)
-        .cast(pl.Int64)
+    # Rank merges only; references get none (their masked mean is null).
+    board = board.with_columns(
+        pl.when(pl.col("kind") == "merge").then(pl.col("norm_acc")).alias("_rank_by")
+    )
+    board = noise_ranks(
+        board, "_rank_by", "norm_acc_std", "seeds", ["model", "kind", "per_task_models"], True
     )
     tasks = per_task(runs).group_by(*KEYS, "task", maintain_order=True).agg(pl.col("acc").mean())
     wide = tasks.pivot(on="task", index=list(KEYS), values="acc")
     wide = wide.rename({c: f"acc_{c}" for c in wide.columns if c not in KEYS})
-    return board.with_columns(rank.alias("rank")).drop("_ref").join(wide, on=list(KEYS), how="left")
+    return board.drop("_ref", "_rank_by").join(wide, on=list(KEYS), how="left")
 
 
 def lambda_curve(runs: pl.DataFrame) -> pl.DataFrame:
@@ -136,58 +151,118 @@ def heads_text(runs: pl.DataFrame) -> str:
     return f"θ0 with heads fit on {shots[0]} labelled examples per class"
 
 
+FAMILIES = ("merging",)
+
+# Every leaderboard column: unit in CSV/JSON, better direction, Markdown header. Accuracies and
+# normalized accuracy (merged ÷ expert, so 100 % is the expert) are fractions, shown in %.
+COLUMNS: list[Col] = [
+    Col("model", "model", show="text"),
+    Col("method", "method", show="method"),
+    Col("setting", "setting", show="text"),
+    Col("kind", "kind", show="text"),
+    Col("seeds", "seeds", "count", HIGHER, "int"),
+    Col("norm_acc", "norm. acc (% of expert)", PCT, HIGHER, "pct", 1),
+    Col("norm_acc_std", "norm. acc std (% of expert)", PCT, LOWER, "pct", 1),
+    Col("avg_acc", "avg acc (%)", PCT, HIGHER, "pct", 1),
+    Col("avg_acc_std", "avg acc std (%)", PCT, LOWER, "pct", 1),
+    Col("min_norm_acc", "worst task (% of expert)", PCT, HIGHER, "pct", 1),
+    Col("density", "task-vector density (%)", PCT, show="pct", digits=0),
+    Col("sign_conflict", "sign conflict (%)", PCT, show="pct", digits=0),
+    Col("sign_conflict_chance", "chance (%)", PCT, show="pct", digits=0),
+    Col("merge_s", "merge time (s)", "s", LOWER),
+    Col("examples", "examples used", "count", show="int"),
+    Col("chosen", "chosen on validation", show="text"),
+    Col("at_grid_edge", "at grid edge", show="text"),
+    Col("per_task_models", "one trunk per task"),
+    Col("rank", "rank", better=LOWER),
+    Col("tied", "tied within noise"),
+]
+_COL = {c.key: c for c in COLUMNS}
+
+
+def _pm_text(board: pl.DataFrame, col: str) -> pl.Series:
+    """``mean ± std`` cells of ``col`` (``(n=1)`` for one seed)."""
+    c = _COL[col]
+    return pl.Series(
+        f"{col}_md",
+        [
+            mean_std(m, s, n, c)
+            for m, s, n in zip(board[col], board[f"{col}_std"], board["seeds"], strict=True)
+        ],
+        dtype=pl.String,
+    )
+
+
 def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
     lines = [
         "# Model merging",
         "",
-        "Normalized accuracy = mean over tasks of (merged ÷ expert test accuracy); ± is the "
-        "std over seeds; hyperparameters chosen on validation (`chosen`). References: "
-        f"`zero_shot` ({heads_text(runs)}), `individual` (each expert on its own task), "
-        "`multitask` (joint fine-tuning). Density: nonzeros of the task vectors the method "
-        "merged.",
+        "Normalized accuracy = mean over tasks of (merged ÷ expert test accuracy), in % of the "
+        "expert; accuracies in %; mean ± std over seeds (one seed: its value and n=1). Rank by "
+        "normalized accuracy; =k: a rank shared with merges that Welch's t-test (5 %) cannot "
+        "tell from the group's best (one seed is never told apart). Hyperparameters chosen on "
+        f"validation. References: `zero_shot` ({heads_text(runs)}), `individual` (each "
+        "expert on its own task), `multitask` (joint fine-tuning). Density: nonzeros of the "
+        "task vectors the method merged. leaderboard.csv and .json keep every column, shares "
+        "as fractions.",
         "",
     ]
     if board.is_empty():
         return "\n".join([*lines, "No finished cells.", ""])
-    for (model,), g in board.group_by("model", maintain_order=True):
+    shown = board.with_columns(
+        pl.Series(
+            "rank_md",
+            [rank_text(r, t) for r, t in zip(board["rank"], board["tied"], strict=True)],
+            dtype=pl.String,
+        ),
+        pl.Series(
+            "method_md",
+            [
+                method_link(m, FAMILIES) + (" †" if t and k == "merge" else "")
+                for m, t, k in board.select("method", "per_task_models", "kind").rows()
+            ],
+            dtype=pl.String,
+        ),
+        _pm_text(board, "norm_acc"),
+        _pm_text(board, "avg_acc"),
+    )
+    main = [
+        Col("rank_md", "rank", show="md"),
+        Col("method_md", "method", show="md"),
+        _COL["setting"],
+        Col("norm_acc_md", _COL["norm_acc"].header, show="md"),
+        Col("avg_acc_md", _COL["avg_acc"].header, show="md"),
+        _COL["min_norm_acc"],
+        _COL["density"],
+        _COL["sign_conflict"],
+        _COL["sign_conflict_chance"],
+        _COL["merge_s"],
+        _COL["seeds"],
+        _COL["chosen"],
+        _COL["at_grid_edge"],
+    ]
+    for (model,), g in shown.group_by("model", maintain_order=True):
         tasks = runs.filter(pl.col("model") == model)["tasks"].drop_nulls()
-        lines += [f"## {model}: {tasks[0] if len(tasks) else ''}", ""]
+        lines += [f"## {md_escape(model)}: {md_escape(tasks[0] if len(tasks) else '')}", ""]
         lines += setting_lines(runs.filter(pl.col("model") == model))
-        main = g.select(
-            pl.col("rank").map_elements(fmt, return_dtype=pl.String).alias("rank"),
-            pl.when(pl.col("per_task_models") & (pl.col("kind") == "merge"))
-            .then(pl.col("method") + " †")
-            .otherwise(pl.col("method"))
-            .alias("method"),
-            "setting",
-            _pm("norm_acc"),
-            _pm("avg_acc"),
-            "min_norm_acc",
-            "density",
-            "sign_conflict",
-            pl.col("sign_conflict_chance").alias("chance"),
-            "merge_s",
-            "examples",
-            "seeds",
-            "chosen",
-            pl.col("at_grid_edge").alias("edge"),
-        )
-        lines += md_table(main)
+        lines += md_frame(g, main, FAMILIES)
         lines += [
             "",
             "† one trunk per task (TALL masks), not one merged model: ranked apart from the "
-            "single-model merges. `chance`: the sign conflict that independent fair signs on "
-            "the same nonzero pattern give (1 − 2^(1−T) for dense vectors of T tasks). `edge`: "
-            "searched parameters chosen at the end of their grid in some seed (the optimum may "
-            "lie outside it).",
+            "single-model merges. Chance: the sign conflict that independent fair signs on "
+            "the same nonzero pattern give (1 − 2^(1−T) for dense vectors of T tasks). At grid "
+            "edge: searched parameters chosen at the end of their grid in some seed (the "
+            "optimum may lie outside it).",
             "",
-            "Per-task test accuracy (mean over seeds):",
+            "Per-task test accuracy (%), mean over seeds:",
             "",
         ]
         task_cols = [c for c in g.columns if c.startswith("acc_")]
-        short = g.select("method", "setting", *task_cols).rename({c: c[4:] for c in task_cols})
-        lines += md_table(short) + [""]
+        per = [_COL["method"], _COL["setting"]]
+        per += [Col(c, md_escape(c[4:]), PCT, HIGHER, "pct", 1) for c in task_cols]  # spec names
+        lines += md_frame(g, per, FAMILIES) + [""]
     lines += failed_lines(runs)
+    lines += sources_lines(board["method"].to_list(), FAMILIES)
     return "\n".join(lines)
 
 
@@ -222,14 +297,6 @@ def setting_lines(runs: pl.DataFrame) -> list[str]:
     ]
 
 
-def _pm(col: str) -> pl.Expr:
-    return pl.format(
-        "{} ± {}",
-        pl.col(col).round(3),
-        pl.col(f"{col}_std").round(3).fill_null(0.0),
-    ).alias(col)
-
-
 def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     runs = label_expert_sets(runs)
     board = leaderboard(runs)
@@ -240,7 +307,9 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
         "density.png": lambda p: plot_density(board, p),
         "lambda_curve.png": lambda p: plot_curve(curve, p),
     }
-    return write_board_files(out_dir, markdown(board, runs), board, plots=plots)
+    cols = COLUMNS + [Col(c, c[4:], PCT, HIGHER, "pct") for c in board.columns if c[:4] == "acc_"]
+    json_data = board_json(cols, board) if board.height else None
+    return write_board_files(out_dir, markdown(board, runs), board, json_data, plots)
 
 
 def _figure(n: int, width: float = 6.0, height: float = 4.0):
@@ -254,72 +323,128 @@ def _figure(n: int, width: float = 6.0, height: float = 4.0):
 
 
 def plot_heatmap(runs: pl.DataFrame, path: Path) -> None:
-    """Rows: method (setting); columns: task; colour: mean test accuracy."""
+    """Rows: method (setting); columns: task; colour: mean test accuracy (%) on a scale from
+    the lowest to the highest value shown (a 0–100 scale paints 85–97 % one colour), every
+    cell's value written in it."""
     tasks = per_task(runs)
     models = tasks["model"].unique(maintain_order=True).to_list() or [""]
-    plt, fig, axes = _figure(len(models), 7.0, 0.35 * 16 + 1.5)
+    rows = max([tasks.filter(pl.col("model") == m).select(KEYS).unique().height for m in models])
+    cols = tasks["task"].n_unique() if tasks.height else 1
+    plt, fig, axes = _figure(len(models), 1.2 + 0.75 * cols + 2.5, 1.6 + 0.38 * max(rows, 1))
     for ax, model in zip(axes, models):
         g = tasks.filter(pl.col("model") == model)
         if g.is_empty():
             ax.set_axis_off()
             continue
-        g = g.with_columns(pl.format("{} ({})", "method", "setting").alias("row"))
-        m = g.group_by("row", "task", maintain_order=True).agg(pl.col("acc").mean())
+        g = g.with_columns(
+            pl.when(pl.col("setting") == "")
+            .then(pl.col("method"))
+            .otherwise(pl.format("{} ({})", "method", "setting"))
+            .alias("row")
+        )
+        m = g.group_by("row", "task", maintain_order=True).agg(pl.col("acc").mean() * 100)
         wide = m.pivot(on="task", index="row", values="acc")
         names = [c for c in wide.columns if c != "row"]
-        im = ax.imshow(wide.select(names).to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
-        ax.set_yticks(range(wide.height), wide["row"].to_list(), fontsize=7)
-        ax.set_title(f"{model}: test accuracy per task")
-        fig.colorbar(im, ax=ax, fraction=0.04)
+        values = wide.select(names).to_numpy()
+        low, high = float(np.nanmin(values)), float(np.nanmax(values))
+        if high - low < 1.0:  # a flat board still gets a visible scale
+            low, high = low - 0.5, high + 0.5
+        im = ax.imshow(values, vmin=low, vmax=high, cmap="viridis", aspect="auto")
+        for i in range(values.shape[0]):
+            for j in range(values.shape[1]):
+                v = values[i, j]
+                if v == v:  # not NaN
+                    dark = (v - low) / (high - low) < 0.55  # viridis is dark below ~0.55
+                    ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=7,
+                            color="white" if dark else "black")  # fmt: skip
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_yticks(range(wide.height), wide["row"].to_list(), fontsize=8)
+        ax.set_title(f"{model}: test accuracy (%) per task", fontsize=10)
+        bar = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+        bar.set_label(f"test accuracy (%), scale {low:.0f}–{high:.0f}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
 
 
 def plot_density(board: pl.DataFrame, path: Path) -> None:
-    """Normalized accuracy (mean ± std over seeds) against task-vector density, per method."""
+    """Normalized accuracy (% of expert, mean ± std over seeds) against task-vector density
+    (%), one marker per method setting, the legend outside the axes; each reference a dashed
+    line labelled with its name and value."""
     models = board["model"].unique(maintain_order=True).to_list() if board.height else [""]
-    plt, fig, axes = _figure(len(models))
+    plt, fig, axes = _figure(len(models), 8.0, 4.6)
+    markers = "osD^vP*Xh<>"
     for ax, model in zip(axes, models):
         g = board.filter((pl.col("model") == model) & (pl.col("kind") == "merge"))
-        for r in g.iter_rows(named=True):
+        for i, r in enumerate(g.iter_rows(named=True)):
             if r["density"] is None:
                 continue
-            ax.errorbar(r["density"], r["norm_acc"], yerr=r["norm_acc_std"] or 0, fmt="o",
-                        capsize=3, label=f"{r['method']} ({r['setting']})")  # fmt: skip
-        for r in board.filter(
-            (pl.col("model") == model) & (pl.col("kind") == "reference")
-        ).iter_rows(named=True):
-            ax.axhline(r["norm_acc"], ls="--", lw=0.8, color="grey")
-            ax.annotate(r["method"], (0.0, r["norm_acc"]), fontsize=7, color="grey")
-        ax.set_xlabel("task-vector density (nonzero fraction)")
-        ax.set_ylabel("normalized test accuracy")
+            label = r["method"] + (f" ({r['setting']})" if r["setting"] else "")
+            label += " † (one trunk per task)" if r["per_task_models"] else ""
+            ax.errorbar(100 * r["density"], 100 * r["norm_acc"],
+                        yerr=100 * (r["norm_acc_std"] or 0), fmt=markers[i % len(markers)],
+                        color=f"C{i % 10}", capsize=3, markersize=6, label=label)  # fmt: skip
+        refs = board.filter((pl.col("model") == model) & (pl.col("kind") == "reference"))
+        # references sorted by value, labels alternately at the left and the right end so
+        # that two close lines (individual 100, multitask 101) keep readable labels
+        for k, r in enumerate(refs.sort("norm_acc").iter_rows(named=True)):
+            y = 100 * r["norm_acc"]
+            ax.axhline(y, ls="--", lw=0.8, color="grey")
+            ax.text(0.01 if k % 2 == 0 else 0.99, y, f"{r['method']} {y:.1f}",
+                    ha="left" if k % 2 == 0 else "right", va="bottom", fontsize=7,
+                    color="dimgrey", transform=ax.get_yaxis_transform())  # fmt: skip
+        ax.set_xlabel("task-vector density (% nonzero)")
+        ax.set_ylabel("normalized test accuracy (% of expert)")
+        ax.set_xlim(-5, 105)
+        ax.margins(y=0.1)
+        ax.grid(True, alpha=0.3)
         ax.set_title(model)
-        ax.legend(fontsize=6, loc="lower right")
+        if g.height:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="merge")
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
 
 
+# The searched parameters' usual symbols (the methods' Params fields keep ASCII names).
+PARAM_NAMES = {"lam": "λ (scaling)", "k": "k (kept fraction)", "p": "p (drop rate)"}
+
+
 def plot_curve(curve: pl.DataFrame, path: Path) -> None:
-    """Validation normalized accuracy along each method's first searched parameter (mean over
-    seeds and over the other parameters' best values)."""
-    models = curve["model"].unique(maintain_order=True).to_list() if curve.height else [""]
-    plt, fig, axes = _figure(len(models))
-    for ax, model in zip(axes, models):
-        g = curve.filter((pl.col("model") == model) & pl.col("value").is_not_null())
-        keys = ["method", "setting", "param"]
-        for (method, setting, param), h in g.group_by(*keys, maintain_order=True):
-            best = h.group_by("seed", "value").agg(pl.col("val_norm_acc").max())
-            m = best.group_by("value").agg(pl.col("val_norm_acc").mean()).sort("value")
-            ax.plot(
-                m["value"], m["val_norm_acc"], marker=".", label=f"{method} ({setting}): {param}"
-            )
-        ax.set_xlabel("searched parameter value (λ, k, p, ...)")
-        ax.set_ylabel("normalized validation accuracy")
-        ax.set_title(model)
-        ax.legend(fontsize=6)
+    """Validation normalized accuracy (% of expert) along each searched hyperparameter, one
+    panel per (model, parameter) so that λ, k and p each have their own axis (mean over seeds
+    of the best value over the other parameters at each point)."""
+    g = curve.filter(pl.col("value").is_not_null()) if curve.height else curve
+    panels = g.select("model", "param").unique(maintain_order=True).rows() if g.height else []
+    models = list(dict.fromkeys(m for m, _ in panels)) or [""]
+    params = list(dict.fromkeys(p for _, p in panels)) or [""]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(models), len(params), figsize=(5.0 * len(params),
+                             3.6 * len(models)), squeeze=False)  # fmt: skip
+    names = g.select("method", "setting").unique(maintain_order=True).rows() if g.height else []
+    color = {n: f"C{i % 10}" for i, n in enumerate(names)}
+    for i, model in enumerate(models):
+        for j, param in enumerate(params):
+            ax = axes[i][j]
+            h = g.filter((pl.col("model") == model) & (pl.col("param") == param)) if g.height else g
+            if not h.height:
+                ax.set_axis_off()
+                continue
+            for (method, setting), k in h.group_by("method", "setting", maintain_order=True):
+                best = k.group_by("seed", "value").agg(pl.col("val_norm_acc").max())
+                m = best.group_by("value").agg(pl.col("val_norm_acc").mean()).sort("value")
+                label = method + (f" ({setting})" if setting else "")
+                ax.plot(m["value"], 100 * m["val_norm_acc"], marker="o", markersize=4,
+                        color=color[(method, setting)], label=label)  # fmt: skip
+            ax.set_xlabel(f"{PARAM_NAMES.get(param, param)} (searched on validation)")
+            ax.set_ylabel("validation norm. acc (% of expert)")
+            ax.set_title(f"{model}: {PARAM_NAMES.get(param, param)}", fontsize=10)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
@@ -334,9 +459,12 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
         merges = g.filter(pl.col("kind") == "merge").head(top)
         refs = g.filter(pl.col("kind") == "reference")
         for r in [*merges.iter_rows(named=True), *refs.iter_rows(named=True)]:
-            tag = f"#{r['rank']}" if r["rank"] is not None else "ref"
+            tag = rank_text(r["rank"], r["tied"]) if r["rank"] is not None else "ref"
+            norm = mean_std(r["norm_acc"], r["norm_acc_std"], r["seeds"], _COL["norm_acc"])
+            avg = mean_std(r["avg_acc"], r["avg_acc_std"], r["seeds"], _COL["avg_acc"])
+            density = "–" if r["density"] is None else f"{100 * r['density']:.0f} %"
             lines.append(
-                f"{model:8s} {tag:4s} {r['method']:18s} norm acc {fmt(r['norm_acc'])} "
-                f"avg acc {fmt(r['avg_acc'])} density {fmt(r['density'])}"
+                f"{model:8s} {tag:4s} {r['method']:18s} norm acc {norm} % of expert  "
+                f"avg acc {avg} %  density {density}"
             )
     return "\n".join(lines)
