@@ -37,7 +37,11 @@ A cell that is missing, has fewer than ``min_seeds`` finished seeds (default 2; 
 ``stat: exact``; distinct seeds: a seed with two rows makes the cell inconclusive), or has a
 row whose status is not ``ok`` (failed, diverged, skipped, or none) makes the claim
 inconclusive, naming the cell; a selector that matches several cells also does (narrow it
-with more filters).
+with more filters). Every inconclusive verdict carries its ``reason_kind`` (a key of
+:data:`REASONS`: not run, failed, too few seeds, ambiguous, unusable, no spread, inside the
+noise, error), set where the judge stops: each :class:`Inconclusive` names its kind, a test
+whose interval contains its boundary is ``noise``, and a combined verdict (ranking, trend,
+``at``) takes the first kind in :data:`REASONS`' order among its undecided parts.
 
 A spread of zero is evidence only for a metric its pillar declares deterministic
 (:attr:`~sparsebench.suite.pillar.Metric.deterministic`: a count or a formula of the

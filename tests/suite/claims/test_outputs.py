@@ -45,7 +45,8 @@ def test_outputs_carry_the_numbers_and_the_verdicts(claim, tmp_path):
     assert data["claims"][1]["verdict"] == "inconclusive" and data["claims"][1]["low"] is None
     md = files["md"].read_text()
     assert "**claims: 1 holds / 0 fails / 1 inconclusive (of 2)**" in md
-    assert "✅ holds" in md and "no cell matches method=snip" in md and "93.50 ± 0.50" in md
+    assert "| **holds** |" in md and "no cell matches method=snip" in md and "93.50 ± 0.50" in md
+    assert "| **inconclusive: not run** |" in md
 
 
 def test_cli_checks_files_and_judges_a_results_folder(claim_file, tmp_path, capsys):

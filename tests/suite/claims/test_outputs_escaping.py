@@ -38,8 +38,9 @@ def test_claim_text_is_shown_as_written_and_never_as_markup(claim_file, tmp_path
     assert "<h1>not a heading" not in page and "<b>" not in page
     shown = visible_text(page)
     for text in HOSTILE:
-        # statement, where, numbers, ours, why and the title: six times each, as written
-        assert shown.count(text) == 6, text
+        # statement, where, numbers, ours, why, and the title in its heading and in the
+        # contents: seven times each, as written
+        assert shown.count(text) == 7, text
     assert "<b>A</b> (2026): " + ATTACK in shown
     # the table keeps its five columns: the '|' of the setting is text
     row = next(line for line in md.splitlines() if line.startswith("| `evil-1` |"))

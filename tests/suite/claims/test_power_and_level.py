@@ -52,7 +52,7 @@ def test_a_level_other_than_the_suites_needs_a_reason_and_shows(claim):
     )
     assert verdict_note(v) == " (at the 90% level)"
     page = to_markdown([v], "b")
-    assert "holds (at the 90% level) †" in page
+    assert "**holds** (at the 90% level) †" in page
     assert "† The interval covers the spread over seeds (or trials) only" in page
     flops = claim({**ORDER, "stat": "exact"}, metric="train_flops")  # counted: no such note
     assert "†" not in to_markdown([judge(flops, {"classification": runs}, KEYS)], "b")

@@ -68,7 +68,7 @@ def test_the_commit_is_shown_and_a_claim_written_after_its_cells_ran_is_flagged(
     md, data = judged(tmp_path, file, started_at="2026-01-01T00:00:00+00:00")
     assert f"registered at {sha} (2026-01-02T00:00:00+00:00)." in md
     row = next(line for line in md.splitlines() if line.startswith("| `rigl-set` |"))
-    assert row.endswith(f"✅ holds {FLAG} † |")  # †: test_acc, measured
+    assert row.endswith(f"**holds** {FLAG} † |")  # †: test_acc, measured
     reg = data["claims"][0]["registration"]
     assert reg["commit"] == sha and reg["date"] == COMMITTED and reg["uncommitted"] is False
     assert reg["first_run"] == "2026-01-01T00:00:00+00:00" and reg["pre_registered"] is False
