@@ -543,8 +543,8 @@ def join_values(values: list[Any], sep: str = ", ") -> str:
 
 
 def log_ticks(axis: Any, si_prefix: bool = False) -> None:
-    """A log-scale matplotlib ``axis`` labelled in plain numbers at 1, 2 and 5 per decade
-    (``4``, ``20``; with ``si_prefix``: ``2 G``, ``50 G``), no minor labels: matplotlib's
+    """A log-scale matplotlib ``axis`` labelled in plain numbers at 1, 2, 3 and 5 per decade
+    (``3``, ``20``; with ``si_prefix`` at 1, 2, 5: ``2 G``, ``50 G``), no minor labels: matplotlib's
     default ``4×10⁰`` labels are hard to read and overlap."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -555,6 +555,7 @@ def log_ticks(axis: Any, si_prefix: bool = False) -> None:
                     return f"{v / factor:g}{prefix}"
         return f"{v:g}" if v >= 1e-4 else f"{v:.0e}"
 
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    subs = (1.0, 2.0, 5.0) if si_prefix else (1.0, 2.0, 3.0, 5.0)  # SI labels are wider
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
     axis.set_major_formatter(FuncFormatter(label))
     axis.set_minor_formatter(NullFormatter())

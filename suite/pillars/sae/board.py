@@ -15,7 +15,22 @@ from pathlib import Path
 import polars as pl
 
 from sparsebench.suite import registry
-from sparsebench.suite.boards import failed_lines, fmt, md_table, write_board_files
+from sparsebench.suite.boards import (
+    HIGHER,
+    LOWER,
+    PCT,
+    Col,
+    board_json,
+    failed_lines,
+    log_ticks,
+    md_escape,
+    md_frame,
+    mean_std,
+    noise_ranks,
+    rank_text,
+    sources_lines,
+    write_board_files,
+)
 from sparsebench.suite.interpolate import value_at
 
 KEYS = ("activations", "hookpoint", "width", "method", "sweep", "setting")
@@ -79,7 +94,7 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
     if ok.is_empty():
         return pl.DataFrame()
     ok = with_sweep(ok)
-    aggs = [pl.len().alias("seeds")]
+    aggs = [pl.len().cast(pl.Int64).alias("seeds")]
     for c in MEANS:
         col = pl.col(c) if c in ok.columns else pl.lit(None, dtype=pl.Float64)
         aggs += [col.mean().alias(c), col.std().alias(f"{c}_std")]
@@ -96,7 +111,9 @@ def matched_l0(runs: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
     how: ``measured`` (a setting's L0 within 1 % of the target in every seed: the shared
     rule's tolerance), ``interpolated L0 a – b``
     (a, b: the bracketing measured L0s, means over those seeds), or ``not bracketed`` (null
-    values). ``rank``: by FVU within (source, width, target) among bracketed sweeps."""
+    values). ``rank``: by FVU within (source, width, target) among bracketed sweeps, shared
+    (``tied``) with sweeps Welch's t-test cannot tell from the group's best
+    (:func:`sparsebench.suite.boards.noise_ranks`)."""
     schema = {
         "activations": pl.String, "hookpoint": pl.String, "width": pl.Int64,
         "method": pl.String, "sweep": pl.String, "target_l0": pl.Float64,
@@ -106,7 +123,7 @@ def matched_l0(runs: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
         schema |= {c: pl.Float64, f"{c}_std": pl.Float64}
     ok = _ok(runs)
     if ok.is_empty():
-        return pl.DataFrame(schema=schema | {"rank": pl.Int64})
+        return pl.DataFrame(schema=schema | {"rank": pl.Int64, "tied": pl.Boolean})
     ok = with_sweep(ok).filter(pl.col("l0") > 0)
     rows = []
     for (source, hp, width, method, sweep), g in ok.group_by(
@@ -119,12 +136,8 @@ def matched_l0(runs: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
             row |= _read_at(g, seeds, float(t))
             rows.append(row)
     out = pl.DataFrame(rows, schema=schema)
-    rank = (
-        pl.when(pl.col("fvu").is_not_null())
-        .then(pl.col("fvu").rank("min").over("activations", "width", "target_l0"))
-        .cast(pl.Int64)
-    )
-    return out.with_columns(rank.alias("rank"))
+    return noise_ranks(out, "fvu", "fvu_std", "n_seeds", ["activations", "width", "target_l0"],
+                       higher_better=False)  # fmt: skip
 
 
 def _read_at(g: pl.DataFrame, seeds: list, t: float) -> dict:
@@ -162,16 +175,77 @@ def _read_at(g: pl.DataFrame, seeds: list, t: float) -> dict:
     return out
 
 
+FAMILIES = FAMILY
+
+# Every column: unit in CSV/JSON, better direction, Markdown header. Shares (dead latents,
+# probe accuracy, recovery rates) are fractions shown in %; FVU, loss recovered, MCC and
+# shrinkage are unitless scores.
+COLUMNS: list[Col] = [
+    Col("activations", "source", show="text"),
+    Col("hookpoint", "hookpoint", show="text"),
+    Col("width", "width", "latents", show="int"),
+    Col("method", "architecture", show="method"),
+    Col("sweep", "sweep", show="text"),
+    Col("setting", "setting", show="text"),
+    Col("seeds", "seeds", "count", HIGHER, "int"),
+    Col("fvu", "FVU", "1", LOWER, digits=3),
+    Col("l0", "L0 (latents/token)", "latents per token", LOWER, digits=3),
+    Col("dead_fraction", "dead latents (%)", PCT, LOWER, "pct", 1),
+    Col("loss_recovered", "loss recovered", "1", HIGHER, digits=3),
+    Col("kl_recovered", "KL recovered", "1", HIGHER, digits=3),
+    Col("probe_acc_k1", "probe acc k=1 (%)", PCT, HIGHER, "pct", 1),
+    Col("probe_acc_k2", "probe acc k=2 (%)", PCT, HIGHER, "pct", 1),
+    Col("probe_acc_k5", "probe acc k=5 (%)", PCT, HIGHER, "pct", 1),
+    Col("mcc", "MCC", "1", HIGHER, digits=3),
+    Col("recovery_rate", "recovered features (%)", PCT, HIGHER, "pct", 1),
+    Col("pair_recovery", "pair recovery (%)", PCT, HIGHER, "pct", 1),
+    Col("pair_recovery_any", "pair recovery, any latent (%)", PCT, HIGHER, "pct", 1),
+    Col("bipolar_fraction", "bipolar latents (%)", PCT, show="pct", digits=1),
+    Col("shrinkage", "shrinkage", "1", digits=3),
+    Col("train_flops", "train FLOPs", "FLOPs", LOWER, "si"),
+    Col("train_s", "train time (s)", "s", LOWER),
+    Col("target_l0", "target L0", "latents per token", show="num"),
+    Col("n_seeds", "seeds bracketing", "count", HIGHER, "int"),
+    Col("read", "read", show="text"),
+    Col("l0_low", "L0 below", "latents per token"),
+    Col("l0_high", "L0 above", "latents per token"),
+    Col("rank", "rank", better=LOWER),
+    Col("tied", "tied within noise"),
+]
+COLUMNS += [Col(f"{c.key}_std", f"{c.header} std", c.unit, LOWER, c.show, c.digits)
+            for c in list(COLUMNS) if c.key in MEANS]  # fmt: skip
+_COL = {c.key: c for c in COLUMNS}
+
+
+def _pm_cells(g: pl.DataFrame, metrics: list[str], n: str) -> pl.DataFrame:
+    """``g`` with ``<metric>_md``: ``mean ± std`` over ``n`` seeds (``(n=1)`` for one)."""
+    return g.with_columns(
+        pl.Series(
+            f"{c}_md",
+            [mean_std(m, s, k, _COL[c]) for m, s, k in g.select(c, f"{c}_std", n).rows()],
+            dtype=pl.String,
+        )
+        for c in metrics
+    )
+
+
 def markdown(board: pl.DataFrame, matched: pl.DataFrame, runs: pl.DataFrame) -> str:
-    lines = ["# Sparse autoencoders", ""]
+    lines = [
+        "# Sparse autoencoders",
+        "",
+        "Mean ± std over seeds (one seed: its value and n=1); shares (dead latents, probe "
+        "accuracy, recovery) in %, FVU, loss recovered and MCC as unitless scores. "
+        "leaderboard.csv and .json keep every column, shares as fractions.",
+        "",
+    ]
     if not board.is_empty():
         for (source, hp, width), g in board.group_by(
             "activations", "hookpoint", "width", maintain_order=True
         ):
-            lines += [f"## {_title(source, hp)}, width {width}", ""]
+            lines += [f"## {md_escape(_title(source, hp))}, width {width:,}", ""]
             lines += _matched_lines(matched, source, width)
             lines += [
-                "Every setting (not ranked: compare at matched L0, above), means ± std over seeds:",
+                "Every setting (not ranked: compare at matched L0, above):",
                 "",
             ]
             has = [
@@ -181,16 +255,15 @@ def markdown(board: pl.DataFrame, matched: pl.DataFrame, runs: pl.DataFrame) -> 
                 if g[c].is_not_null().any()
             ]  # fmt: skip
             probes = [f"probe_acc_k{k}" for k in (1, 5) if g[f"probe_acc_k{k}"].is_not_null().any()]
-            show = g.select(
-                "method", "setting", "seeds",
-                *[_pm(c) for c in ("fvu", "l0", "dead_fraction", *has)],
-                *[pl.col(c).round(3) for c in probes],
-                pl.col("bipolar_fraction").round(3), pl.col("shrinkage").round(3),
-                pl.col("train_flops").map_elements(lambda v: f"{v:.3g}", return_dtype=pl.String),
-                pl.col("train_s").round(1),
-            )  # fmt: skip
-            lines += md_table(show) + [""]
+            pm = ["fvu", "l0", "dead_fraction", *has]
+            show = [_COL["method"], _COL["setting"], _COL["seeds"]]
+            show += [Col(f"{c}_md", _COL[c].header, show="md") for c in pm]
+            show += [_COL[c] for c in (*probes, "bipolar_fraction", "shrinkage", "train_flops",
+                                       "train_s")]  # fmt: skip
+            lines += md_frame(_pm_cells(g, pm, "seeds"), show, FAMILIES) + [""]
     lines += failed_lines(runs)
+    if not board.is_empty():
+        lines += sources_lines(board["method"].to_list(), FAMILIES)
     return "\n".join(lines)
 
 
@@ -200,37 +273,32 @@ def _matched_lines(matched: pl.DataFrame, source: str, width: int) -> list[str]:
     if not m.height:
         return []
     lines = [
-        "At matched L0, ranked by FVU: each sweep read per seed at the target (linear in log "
-        "L0 and log metric between the two settings whose measured L0 bracket it, never "
-        "extrapolated), mean ± std over the n seeds it brackets; `read` says how.",
+        "At matched L0, ranked by FVU (lower is better): each sweep read per seed at the "
+        "target (linear in log L0 and log metric between the two settings whose measured L0 "
+        "bracket it, never extrapolated), mean ± std over the seeds it brackets; =k: a rank "
+        "shared with sweeps that Welch's t-test (5 %) cannot tell from the group's best (one "
+        "seed is never told apart); read: how the value was read.",
         "",
     ]
     metrics = [c for c in MATCHED if m[c].is_not_null().any()]
     for (t,), g in m.group_by("target_l0", maintain_order=True):
-        g = g.sort("rank", nulls_last=True, maintain_order=True)
-        show = g.select(
-            "rank",
-            "sweep",
-            *[_pm(c).alias(MATCHED_NAMES[c]) for c in metrics],
-            pl.col("n_seeds").alias("n"),
-            "read",
+        g = g.sort("rank", "fvu", nulls_last=True, maintain_order=True)
+        g = _pm_cells(g, metrics, "n_seeds").with_columns(
+            pl.Series(
+                "rank_md",
+                [rank_text(r, k) for r, k in g.select("rank", "tied").rows()],
+                dtype=pl.String,
+            ),
         )
-        lines += [f"L0 = {t:g}:", ""] + md_table(show) + [""]
+        show = [Col("rank_md", "rank", show="md"), _COL["sweep"]]
+        show += [Col(f"{c}_md", _COL[c].header, show="md") for c in metrics]
+        show += [_COL["n_seeds"], _COL["read"]]
+        lines += [f"L0 = {t:g}:", "", *md_frame(g, show, FAMILIES), ""]
     return lines
 
 
 def _title(source: str, hookpoint: str | None) -> str:
     return f"{source} at {hookpoint}" if hookpoint else source
-
-
-def _pm(col: str) -> pl.Expr:
-    """``mean ± std`` (``± –`` for one seed: no spread was measured), null where the mean is."""
-    std = pl.col(f"{col}_std").round(4).cast(pl.String).fill_null("–")
-    return (
-        pl.when(pl.col(col).is_not_null())
-        .then(pl.format("{} ± {}", pl.col(col).round(4), std))
-        .alias(col)
-    )
 
 
 def _figure(n: int):
@@ -243,9 +311,12 @@ def _figure(n: int):
     return plt, fig, axes[0]
 
 
-def plot_frontier(board: pl.DataFrame, path: Path, metric: str, ylabel: str, log_y: bool) -> None:
-    """``metric`` against L0 per (source, width) where the metric exists, one line per sweep
-    (its settings sorted by L0), error bars over seeds."""
+def plot_frontier(
+    board: pl.DataFrame, path: Path, metric: str, ylabel: str, log_y: bool, scale: float = 1.0
+) -> None:
+    """``metric`` (times ``scale``: 100 for a share in %) against L0 (log axis, plain tick
+    numbers) per (source, width) where the metric exists, one line per sweep (its settings
+    sorted by L0), error bars over seeds."""
     have = board.filter(pl.col(metric).is_not_null()) if board.height else board
     panels = (
         have.select("activations", "hookpoint", "width").unique(maintain_order=True).rows()
@@ -259,11 +330,14 @@ def plot_frontier(board: pl.DataFrame, path: Path, metric: str, ylabel: str, log
         g = have.filter((pl.col("activations") == source) & (pl.col("width") == width))
         for (sweep,), h in g.group_by("sweep", maintain_order=True):
             h = h.filter(pl.col(metric).is_not_null()).sort("l0")
-            ax.errorbar(h["l0"], h[metric], yerr=h[f"{metric}_std"].fill_null(0.0), marker="o",
-                        capsize=2, label=sweep, color=color[sweep])  # fmt: skip
+            ax.errorbar(h["l0"], h[metric] * scale, yerr=h[f"{metric}_std"].fill_null(0.0) * scale,
+                        marker="o", capsize=2, label=sweep, color=color[sweep])  # fmt: skip
         ax.set_xscale("log")
+        log_ticks(ax.xaxis)  # plain 2, 5, 10, not 4×10⁰
         if log_y:
             ax.set_yscale("log")
+            log_ticks(ax.yaxis)
+        ax.grid(True, which="major", alpha=0.3)
         ax.set_xlabel("L0 (active latents per token)")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{_title(source, hp)}, width {width}")
@@ -284,10 +358,11 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path, targets=TARGET_L0) -> d
             board, p, "loss_recovered", "loss recovered (held-out tokens)", False
         ),
         "dead_vs_l0.png": lambda p: plot_frontier(
-            board, p, "dead_fraction", "dead fraction", False
+            board, p, "dead_fraction", "dead latents (%)", False, 100.0
         ),
     }
-    json_data = {"leaderboard": board.to_dicts(), "matched_l0": matched.to_dicts()}
+    json_data = board_json(COLUMNS, board, matched_l0=matched)
+    json_data["leaderboard"] = json_data["rows"]  # the key readers of earlier boards use
     return write_board_files(
         out_dir, markdown(board, matched, runs), board, json_data=json_data, plots=plots
     )
@@ -304,7 +379,9 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
     for (source, width), g in best.group_by("activations", "width", maintain_order=True):
         for r in g.head(top).iter_rows(named=True):
             lines.append(
-                f"{source:10s} m={width:<5d} L0={r['target_l0']:<3g} #1 {r['sweep']:36s} "
-                f"FVU {fmt(r['fvu'])} ({r['n_seeds']} seed(s), {r['read']})"
+                f"{source:10s} m={width:<5d} L0={r['target_l0']:<3g} "
+                f"{rank_text(r['rank'], r['tied']):>3} {r['sweep']:36s} "
+                f"FVU {mean_std(r['fvu'], r['fvu_std'], r['n_seeds'], _COL['fvu'])} "
+                f"({r['n_seeds']} seed(s), {r['read']})"
             )
     return "\n".join(lines)
