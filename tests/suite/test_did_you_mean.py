@@ -35,7 +35,7 @@ def test_a_mistyped_top_level_key_suggests_the_section():
     data = {"benchmark": "t", "clasification": BASE["classification"]}
     msg = _error(data)
     assert msg.startswith("s.yaml: (top level): unknown key 'clasification'; allowed keys: ")
-    assert msg.endswith(", threads; did you mean 'classification'?")
+    assert ", classification, " in msg and msg.endswith("; did you mean 'classification'?")
     assert not _error({**BASE, "zzqqx": 1}).endswith("?")
 
 
@@ -168,26 +168,29 @@ def test_registry_lookups_suggest():
 
 
 def test_pillar_and_family_lookups_suggest():
+    # other tests may register more pillars (after sae): the messages list them too
     with pytest.raises(PillarError) as e:
         get_pillar("hesian")
-    assert str(e.value) == (
-        "unknown pillar 'hesian'; registered pillars: classification, hessian, kernels, "
-        "merging, sae; did you mean 'hessian'?"
+    msg = str(e.value)
+    assert msg.startswith(
+        "unknown pillar 'hesian'; registered pillars: classification, hessian, kernels, merging, "
+        "sae"
     )
+    assert msg.endswith("; did you mean 'hessian'?")
     with pytest.raises(PillarError) as e:
         get_pillar("qqqqzz")
-    assert str(e.value).endswith(
-        "registered pillars: classification, hessian, kernels, merging, sae"
-    )
+    assert "did you mean" not in str(e.value)
     assert families_of("classification") == ("dst", "pruning")
     assert families_of("pruning") == ("pruning",)
     with pytest.raises(PillarError) as e:
         families_of("prunnig")
-    assert str(e.value) == (
+    msg = str(e.value)
+    assert msg.startswith(
         "unknown pillar or family 'prunnig'; pillars: classification, hessian, kernels, "
-        "merging, sae; families: dst, hessian, kernels, merging, pruning, sae; did you mean "
-        "'pruning'?"
+        "merging, sae"
     )
+    assert "; families: dst, hessian, kernels, merging, pruning, sae" in msg
+    assert msg.endswith("; did you mean 'pruning'?")
     with pytest.raises(PillarError) as e:
         families_of("qqqqzz")
     assert "did you mean" not in str(e.value)
