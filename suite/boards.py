@@ -543,10 +543,20 @@ def join_values(values: list[Any], sep: str = ", ") -> str:
 
 
 def log_ticks(axis: Any, si_prefix: bool = False) -> None:
-    """A log-scale matplotlib ``axis`` labelled in plain numbers at 1, 2, 3 and 5 per decade
-    (``3``, ``20``; with ``si_prefix`` at 1, 2, 5: ``2 G``, ``50 G``), no minor labels: matplotlib's
-    default ``4×10⁰`` labels are hard to read and overlap."""
+    """A log-scale matplotlib ``axis`` labelled in plain numbers (``3``, ``20``; with
+    ``si_prefix``: ``2 G``, ``50 G``) at 1, 2, 3 and 5 per decade over about a decade, 1, 2
+    and 5 over up to three, powers of ten beyond (labels never crowd), no minor labels:
+    matplotlib's default ``4×10⁰`` labels are hard to read and overlap."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    class PlainLogLocator(LogLocator):
+        def tick_values(self, vmin: float, vmax: float) -> Any:
+            low, high = sorted((max(vmin, 1e-300), max(vmax, 1e-300)))
+            decades = math.log10(high / low)
+            fine = (1.0, 2.0, 5.0) if si_prefix else (1.0, 2.0, 3.0, 5.0)
+            self.set_params(subs=fine if decades <= 1.3 else (1.0, 2.0, 5.0) if decades <= 3
+                            else (1.0,))  # fmt: skip
+            return super().tick_values(vmin, vmax)
 
     def label(v: float, _: Any) -> str:
         if si_prefix:
@@ -555,7 +565,6 @@ def log_ticks(axis: Any, si_prefix: bool = False) -> None:
                     return f"{v / factor:g}{prefix}"
         return f"{v:g}" if v >= 1e-4 else f"{v:.0e}"
 
-    subs = (1.0, 2.0, 5.0) if si_prefix else (1.0, 2.0, 3.0, 5.0)  # SI labels are wider
-    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_locator(PlainLogLocator(base=10))
     axis.set_major_formatter(FuncFormatter(label))
     axis.set_minor_formatter(NullFormatter())

@@ -434,12 +434,17 @@ def pareto_plot(board: pl.DataFrame, path: Path) -> None:
             for xi, yi, s in zip(x, y, line.get_column("target_sparsity").to_list()):
                 ax.plot(xi, yi, marker=marker.get(s, "o"), color=color, markersize=7,
                         markeredgecolor="white", linestyle="none")  # fmt: skip
-        # One label per sparsity cluster (points within a factor 1.5 of FLOPs), above its top.
+        # One label per sparsity cluster (points within a factor 1.5 of FLOPs), above its top;
+        # where clusters of several sparsities share their FLOPs (pruning trains dense first)
+        # the marker shapes alone tell them apart: labels there would cover the points.
         sparse = tb.filter(pl.col("target_sparsity") > 0)
+        near = [(r["target_sparsity"], r["train_flops_mean"]) for r in sparse.iter_rows(named=True)]
         done: list[tuple[float, float]] = []
         for r in sparse.sort("test_acc_mean", descending=True).iter_rows(named=True):
             s, xf = r["target_sparsity"], r["train_flops_mean"]
             if any(s == ds and abs(math.log10(xf / dx)) < 0.18 for ds, dx in done):
+                continue
+            if any(s != ds and abs(math.log10(xf / dx)) < 0.18 for ds, dx in near):
                 continue
             done.append((s, xf))
             top = 100 * (r["test_acc_mean"] + (r["test_acc_std"] or 0.0))

@@ -17,7 +17,21 @@ import numpy as np
 import polars as pl
 
 from sparsebench.suite import boards, registry
-from sparsebench.suite.boards import fmt, md_escape, write_board_files
+from sparsebench.suite.boards import (
+    HIGHER,
+    LOWER,
+    PCT,
+    Col,
+    board_json,
+    join_values,
+    log_ticks,
+    md_code,
+    md_escape,
+    md_frame,
+    method_link,
+    sources_lines,
+    write_board_files,
+)
 
 SCALING_MIN_ATOMS = 300  # above the sizes where fixed per-job overheads dominate
 FAMILY = ("hessian",)
@@ -29,6 +43,43 @@ CONFIGURATION = ["system", "size", "n_atoms", "potential", "potential_params_jso
                  "order", "threads"]  # fmt: skip
 TIMINGS = ["t_pattern_s", "t_coloring_s", "t_hvp_s", "t_decompress_s", "wall_s", "dense_wall_s",
            "speedup_vs_dense", "peak_mem_mb"]  # fmt: skip
+
+
+FAMILIES = FAMILY
+
+# Every column: unit in CSV/JSON, better direction, Markdown header.
+COLUMNS: list[Col] = [
+    Col("system", "system", show="text"),
+    Col("n_atoms", "atoms", "count", show="int"),
+    Col("potential", "potential", show="text"),
+    Col("K", "reach K (hops)", "hops", show="int"),
+    Col("method", "method", show="method"),
+    Col("n_colors", "colors", "count", LOWER, "int"),
+    Col("max_row_atoms", "densest row (atoms)", "count", show="int"),
+    Col("n_hvps", "HVPs", "count", LOWER, "int"),
+    Col("nnz", "nonzeros", "count", show="int"),
+    Col("fill", "fill (%)", PCT, show="pct", digits=2),
+    Col("t_pattern_s", "pattern (s)", "s", LOWER),
+    Col("t_coloring_s", "coloring (s)", "s", LOWER),
+    Col("t_hvp_s", "HVPs (s)", "s", LOWER),
+    Col("t_decompress_s", "recovery (s)", "s", LOWER),
+    Col("wall_s", "total (s)", "s", LOWER),
+    Col("dense_wall_s", "dense (s)", "s", LOWER),
+    Col("speedup_vs_dense", "speed-up vs dense", "ratio", HIGHER, "times", 1),
+    Col("max_abs_err", "max abs error", "energy / length²", LOWER, "sci"),
+    Col("rel_err", "rel. error", "1", LOWER, "sci"),
+    Col("err_reference", "error vs", show="text"),
+    Col("peak_mem_mb", "peak memory (MiB)", "MiB", LOWER),
+    Col("trials", "trials", "count", HIGHER, "int"),
+    Col("exponent", "exponent p", "1", LOWER, digits=3),
+    Col("exponent_per_hvp", "exponent per HVP", "1", LOWER, digits=3),
+    Col("sizes", "sizes fitted", "count", HIGHER, "int"),
+]
+_COL = {c.key: c for c in COLUMNS}
+_STRUCTURE = ["n_atoms", "method", "K", "n_colors", "max_row_atoms", "n_hvps", "nnz", "fill",
+              "rel_err", "max_abs_err", "err_reference"]  # fmt: skip
+_TIMES = ["n_atoms", "method", "t_pattern_s", "t_coloring_s", "t_hvp_s", "t_decompress_s",
+          "wall_s", "dense_wall_s", "speedup_vs_dense", "peak_mem_mb", "trials"]  # fmt: skip
 
 
 def over_trials(runs: pl.DataFrame) -> pl.DataFrame:
@@ -145,9 +196,10 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
         )
         p, p_hvp = expo.get((system, potential, method), (None, None))
         lines.append(
-            f"  {system:13s} {potential:6s} {method} colors {big['n_colors'].to_list()} at "
-            f"{big['n_atoms'].to_list()} atoms (densest row {big['max_row_atoms'].to_list()}); "
-            "max rel_err "
+            f"  {system:13s} {potential:6s} {method} colors "
+            f"{join_values(big['n_colors'].to_list(), ' / ')} at "
+            f"{join_values(big['n_atoms'].to_list(), ' / ')} atoms (densest row "
+            f"{join_values(big['max_row_atoms'].to_list(), ' / ')}); max rel. error "
             f"{g['rel_err'].max():.1e}  {speed}  exponent "
             f"{'–' if p is None else f'{p:.2f}'} (per HVP "
             f"{'–' if p_hvp is None else f'{p_hvp:.2f}'})"
@@ -163,50 +215,51 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     expo = scaling_exponents(runs)
     infos = registry.all_methods(FAMILY)
     present = [m for m in infos if m in set(runs["method"].to_list())]
-    legend = "; ".join(f"`{m}`: {infos[m].cls.brief}" for m in present)
+    legend = "; ".join(f"{method_link(m, FAMILIES)}: {md_escape(infos[m].cls.brief)}"
+                       for m in present)  # fmt: skip
     lines = [
-        f"# Hessian leaderboard: {runs['benchmark'][0]}",
+        f"# Hessian leaderboard: {md_escape(runs['benchmark'][0])}",
         "",
-        f"Methods: {legend}. Seconds on the job's threads; `rel_err` is the Frobenius error vs "
-        "dense (or the max relative error on random-probe HVPs when dense was not computed). "
-        "One row per configuration: with several trials (independent jobs of the same cell, "
-        "column `trials`), its times, speed-up and memory are the medians over the trials "
-        "and its errors the largest.",
+        f"Methods: {legend}. Seconds on the job's threads. Rel. error: the Frobenius error vs "
+        "dense (or the max relative error on random-probe HVPs when dense was not computed, "
+        "column error vs). One row per configuration: with several trials (independent jobs "
+        "of the same cell), its times, speed-up and memory are the medians over the trials "
+        "and its errors the largest. Fill: structural nonzeros ÷ (3N)². leaderboard.csv and "
+        ".json keep every column, fill as a fraction.",
         "",
     ]
-    header = list(board.columns)
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "---|" * len(header))
-    for row in board.iter_rows():
-        lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
+    for (system, potential), g in board.group_by("system", "potential", maintain_order=True):
+        lines += [f"## {md_escape(system)}, {md_code(potential)}", ""]
+        lines += ["Exactness and structure:", ""]
+        lines += [*md_frame(g, [_COL[c] for c in _STRUCTURE], FAMILIES), ""]
+        lines += ["Time (medians over trials):", ""]
+        lines += [*md_frame(g, [_COL[c] for c in _TIMES], FAMILIES), ""]
     lines += [
-        "",
         "## Scaling of the exact sparse Hessians",
         "",
-        f"Fitted p in wall_s ∝ n_atoms^p over sizes with ≥ {SCALING_MIN_ATOMS} atoms, and the "
-        "same fit of wall_s / n_hvps (the cost per HVP, free of a changing color count):",
+        f"Fitted p in total time ∝ atoms^p over sizes with ≥ {SCALING_MIN_ATOMS} atoms, and the "
+        "same fit of total time ÷ HVPs (the cost per HVP, free of a changing color count):",
         "",
-        "| system | potential | method | exponent | exponent per HVP | sizes |",
-        "|---|---|---|---|---|---|",
     ]
-    for r in expo.iter_rows(named=True):
-        lines.append(
-            f"| {r['system']} | {r['potential']} | {r['method']} | {fmt(r['exponent'])} | "
-            f"{fmt(r['exponent_per_hvp'])} | {r['sizes']} |"
-        )
-    if not expo.height:
-        lines.append(f"| (no sizes with ≥ {SCALING_MIN_ATOMS} atoms) | | | | | |")
+    if expo.height:
+        scaling = [_COL[c] for c in ("system", "potential", "method", "exponent",
+                                     "exponent_per_hvp", "sizes")]  # fmt: skip
+        lines += md_frame(expo, scaling, FAMILIES)
+    else:
+        lines.append(f"(no sizes with ≥ {SCALING_MIN_ATOMS} atoms)")
     failed = runs.filter(pl.col("status") != "ok")
     if failed.height:
         lines += ["", "## Failed jobs", ""]
         lines += [
-            f"- {r['system']} n={r['size']} {r['potential']} {r['method']}: {md_escape(r['error'])}"
+            f"- {md_escape(r['system'])} n={r['size']} {md_escape(r['potential'])} "
+            f"{md_code(r['method'])}: {md_escape(r['error'])}"
             for r in failed.iter_rows(named=True)
         ]
-    threads = sorted(set(runs["threads"].drop_nulls().to_list()))
-    jobs = sorted(set(runs["parallel_jobs"].drop_nulls().to_list()))
-    lines += ["", f"Timings with {threads} thread(s) per job and {jobs} concurrent job(s)."]
-    json_data = {"rows": board.to_dicts(), "scaling": expo.to_dicts()}
+    threads = join_values(sorted(set(runs["threads"].drop_nulls().to_list())))
+    jobs = join_values(sorted(set(runs["parallel_jobs"].drop_nulls().to_list())))
+    lines += ["", f"Timings with {threads} thread(s) per job and {jobs} concurrent job(s).", ""]
+    lines += sources_lines(present, FAMILIES)
+    json_data = board_json(COLUMNS, board, scaling=expo)
     plots = {"scaling.png": lambda path: scaling_plot(runs, path)}
     return write_board_files(out_dir, "\n".join(lines) + "\n", board, json_data, plots)
 
@@ -223,7 +276,7 @@ def scaling_plot(runs: pl.DataFrame, path: Path) -> None:
     styles = {m: STYLES[i % len(STYLES)] for i, m in enumerate(registry.all_methods(FAMILY))}
     panels = ok.select("system", "potential").unique(maintain_order=True).rows()
     fig, axes = plt.subplots(
-        1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 3.8), squeeze=False
+        1, max(1, len(panels)), figsize=(5.2 * max(1, len(panels)), 4.2), squeeze=False
     )
     for ax, (system, potential) in zip(axes[0], panels):
         g = ok.filter((pl.col("system") == system) & (pl.col("potential") == potential))
@@ -233,10 +286,13 @@ def scaling_plot(runs: pl.DataFrame, path: Path) -> None:
                 ax.plot(m["n_atoms"], m["wall_s"], style, label=method)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("atoms")
-        ax.set_ylabel("Hessian wall-clock (s)")
+        log_ticks(ax.xaxis)  # plain 100, 200, 500 that do not overlap
+        log_ticks(ax.yaxis)
+        ax.tick_params(axis="x", labelrotation=45, labelsize=8)
+        ax.set_xlabel("atoms (log scale)")
+        ax.set_ylabel("Hessian wall-clock (s, log scale)")
         ax.set_title(f"{system}, {potential}")
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -82,7 +82,7 @@ def test_records_table_and_leaderboard(tmp_path):
     assert runs.height == len(cells)
     files = write_leaderboard(runs, tmp_path)
     assert all(p.is_file() for p in files.values())
-    assert "| alkane |" in files["md"].read_text()
+    assert "## alkane, `pair`" in files["md"].read_text()
     assert json.loads(files["json"].read_text())["rows"]
 
 
