@@ -15,7 +15,21 @@ from pathlib import Path
 import polars as pl
 
 from sparsebench.suite import boards
-from sparsebench.suite.boards import md_escape, md_table, write_board_files
+from sparsebench.suite.boards import (
+    HIGHER,
+    LOWER,
+    PCT,
+    Col,
+    board_json,
+    cell,
+    join_values,
+    log_ticks,
+    md_code,
+    md_escape,
+    md_frame,
+    sources_lines,
+    write_board_files,
+)
 
 from .patterns import DEFAULT as DEFAULT_PATTERN
 from .table import OPS
@@ -42,6 +56,80 @@ BOARD_COLUMNS = [
     "threads",
     "trials",
 ]
+
+FAMILIES = ("kernels",)
+
+# Every column: unit in CSV/JSON, better direction, Markdown header.
+COLUMNS: list[Col] = [
+    Col("out_features", "out", "count", show="int"),
+    Col("in_features", "in", "count", show="int"),
+    Col("shape", "shape (out×in)", show="text"),
+    Col("pattern", "pattern", show="text"),
+    Col("batch", "batch", "count", show="int"),
+    Col("op", "op", show="text"),
+    Col("sparsity", "sparsity (%)", PCT, show="pct", digits=0),
+    Col("backend", "backend", show="method"),
+    Col("nnz", "nonzeros", "count", show="int"),
+    Col("ms_median", "median (ms)", "ms", LOWER),
+    Col("ms_p10", "p10 (ms)", "ms", LOWER),
+    Col("ms_p90", "p90 (ms)", "ms", LOWER),
+    Col("dense_ms", "dense (ms)", "ms", LOWER),
+    Col("dense_mask_ms", "dense × mask (ms)", "ms", LOWER),
+    Col("speedup_vs_dense", "speed-up vs dense", "ratio", HIGHER, "times"),
+    Col("speedup_vs_dense_mask", "vs dense × mask", "ratio", HIGHER, "times"),
+    Col("speedup_vs_torch_csr", "vs torch CSR", "ratio", HIGHER, "times"),
+    Col("gflops_effective", "useful GFLOP/s", "GFLOP/s", HIGHER),
+    Col("max_abs_err", "max abs error", "1", LOWER, "sci"),
+    Col("threads", "threads", "count", show="int"),
+    Col("trials", "trials", "count", HIGHER, "int"),
+    Col("break_even_sparsity", "break-even sparsity (%)", PCT, LOWER, "pct", 0),
+    Col("claim", "claim", show="code"),
+    Col("statement", "statement", show="text"),
+    Col("verdict", "verdict", show="text"),
+    Col("estimate", "estimate", "claim's metric"),
+    Col("low", "low", "claim's metric"),
+    Col("high", "high", "claim's metric"),
+    Col("test", "test", show="text"),
+    Col("random_nnz", "random nonzeros", "count", show="int"),
+    Col("random_ms", "random median (ms)", "ms", LOWER),
+    Col("random_speedup_vs_dense", "random speed-up vs dense", "ratio", HIGHER, "times"),
+    Col("speedup_vs_random", "speed-up vs random", "ratio", HIGHER, "times"),
+]
+_COL = {c.key: c for c in COLUMNS}
+
+
+def _cols(*keys: str) -> list[Col]:
+    return [_COL[k] for k in keys]
+
+
+def _with_shape(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(shape=pl.format("{}×{}", "out_features", "in_features"))
+
+
+def _ms_range(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with ``ms_md``: the median and the p10–p90 range of the rounds, ``1.23
+    (1.10–1.40)``."""
+    c = _COL["ms_median"]
+    return df.with_columns(
+        pl.Series(
+            "ms_md",
+            [
+                "–" if m is None else f"{cell(m, c)} ({cell(lo, c)}–{cell(hi, c)})"
+                for m, lo, hi in df.select("ms_median", "ms_p10", "ms_p90").rows()
+            ],
+            dtype=pl.String,
+        )
+    )
+
+
+def _pivot_lines(pivot: pl.DataFrame) -> list[str]:
+    """The speed-up pivot with its backend columns as ratios (× after the number)."""
+    if pivot.is_empty():
+        return []
+    keys = ["shape", "pattern", "batch", "op", "sparsity"]
+    ratio = [Col(b, md_code(b), "ratio", HIGHER, "times") for b in pivot.columns if b not in keys]
+    return md_frame(pivot, _cols(*keys) + ratio, FAMILIES)
+
 
 # What makes two rows the same configuration (its trials differ in nothing else), and the
 # columns that vary from trial to trial: medians over the trials on the board.
@@ -163,7 +251,7 @@ def pattern_comparison(runs: pl.DataFrame) -> pl.DataFrame:
 def speedup_pivot(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFrame:
     """Rows (shape, pattern, batch, op, sparsity), one column per backend holding ``ratio``
     (its median over trials)."""
-    ok = over_trials(runs).with_columns(shape=pl.format("{}x{}", "out_features", "in_features"))
+    ok = _with_shape(over_trials(runs))
     if not ok.height:
         return pl.DataFrame()
     index = ["shape", "pattern", "batch", "op", "sparsity"]
@@ -177,59 +265,72 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     runs = with_pattern(runs)
     board = leaderboard(runs)
-    threads = sorted(set(runs["threads"].drop_nulls().to_list()))
-    devices = sorted(set(runs["device"].drop_nulls().to_list()))
+    threads = join_values(sorted(set(runs["threads"].drop_nulls().to_list())))
+    devices = md_escape(join_values(sorted(set(runs["device"].drop_nulls().to_list()))))
     claims = claim_verdicts(runs)
     patterns = pattern_comparison(runs)
     lines = [
-        f"# Kernels leaderboard: {runs['benchmark'][0]}",
+        f"# Kernels leaderboard: {md_escape(runs['benchmark'][0])}",
         "",
         "Sparse linear layer y = x Wᵀ + b (W: out × in, with the cell's pattern: `random` is "
         "unstructured uniform) timed through autograd, every backend interleaved with `dense` "
         f"(nn.Linear) and `dense_mask` in one process; {threads} thread(s), device {devices}. "
-        "Milliseconds are medians over the rounds; speed-up > 1 is faster than the reference, "
-        "< 1 slower (a result, not a failure). One row per configuration: with several trials "
-        "(independent jobs of the same cell, column `trials`), its ms, speed-ups and GFLOP/s "
-        "are the medians over the trials and max_abs_err the largest; the claims are judged "
-        "on the trials themselves (n = trials).",
+        "Milliseconds are medians over the rounds, with the p10–p90 range of the rounds in "
+        "brackets; speed-up > 1× is faster than the reference, < 1× slower (a result, not a "
+        "failure). One row per configuration: with several trials (independent jobs of the "
+        "same cell, column trials), its ms, speed-ups and GFLOP/s are the medians over the "
+        "trials and the max abs error the largest; the claims are judged on the trials "
+        "themselves (n = trials). leaderboard.csv and .json keep every column, sparsity as a "
+        "fraction.",
         "",
         "## Claims (claims/*.yaml about this pillar, judged by the claims engine)",
         "",
-        *md_table(claims),  # a claim file's text, escaped cell by cell
+        # a claim file's text, escaped cell by cell
+        *md_frame(
+            claims, _cols("claim", "statement", "verdict", "estimate", "low", "high", "test")
+        ),  # fmt: skip
         "",
         "## Break-even sparsity vs dense (lowest sparsity from which a backend stays ≥ 1×)",
         "",
-        *md_table(break_even(runs)),
+        *md_frame(
+            _with_shape(break_even(runs)),
+            _cols("shape", "pattern", "batch", "op", "backend", "break_even_sparsity"),
+            FAMILIES,
+        ),  # fmt: skip
         "",
         "## Speed-up vs dense nn.Linear",
         "",
-        *md_table(speedup_pivot(runs)),
+        *_pivot_lines(speedup_pivot(runs)),
         "",
         "## Speed-up vs dense_mask",
         "",
-        *md_table(speedup_pivot(runs, "speedup_vs_dense_mask")),
+        *_pivot_lines(speedup_pivot(runs, "speedup_vs_dense_mask")),
         "",
     ]
     if patterns.height:
+        keys = ("shape", "sparsity", "batch", "op", "backend", "pattern", "nnz", "random_nnz",
+                "ms_median", "random_ms", "speedup_vs_dense", "random_speedup_vs_dense",
+                "speedup_vs_random")  # fmt: skip
         lines += [
             "## Patterns against `random` (same shape, sparsity, batch, op and backend)",
             "",
-            *md_table(patterns),
+            *md_frame(_with_shape(patterns), _cols(*keys), FAMILIES),
             "",
         ]
-    lines += ["## All rows", "", *md_table(board)]
+    every = _cols("shape", "pattern", "batch", "op", "sparsity", "backend", "nnz")
+    every += [Col("ms_md", "median (p10–p90) (ms)", show="md")]
+    every += _cols("speedup_vs_dense", "speedup_vs_dense_mask", "speedup_vs_torch_csr",
+                   "gflops_effective", "max_abs_err", "trials")  # fmt: skip
+    lines += ["## All rows", "", *md_frame(_ms_range(_with_shape(board)), every, FAMILIES)]
     other = runs.filter(pl.col("status") != "ok").unique(["backend", "status", "error"])
     if other.height:
         lines += ["", "## Skipped or failed", ""]
         lines += [
-            f"- {r['backend']} ({r['status']}): {md_escape(r['error'])}"  # registered names
+            f"- {md_code(r['backend'])} ({md_escape(r['status'])}): {md_escape(r['error'])}"
             for r in other.iter_rows(named=True)
         ]
-    json_data = {
-        "rows": board.to_dicts(),
-        "claims": claims.to_dicts(),
-        "patterns": patterns.to_dicts(),
-    }
+    lines += ["", *sources_lines(sorted(set(board["backend"].to_list())), FAMILIES)]
+    json_data = board_json(COLUMNS, board, claims=claims, patterns=patterns)
     plots = {"speedup.png": lambda path: speedup_plot(runs, path)}
     return write_board_files(out_dir, "\n".join(lines) + "\n", board, json_data, plots)
 
@@ -263,12 +364,24 @@ def speedup_plot(runs: pl.DataFrame, path: Path) -> None:
             for (backend, pattern), g in cell.group_by("backend", "pattern", maintain_order=True):
                 g = g.sort("sparsity")
                 label = backend if pattern == DEFAULT_PATTERN else f"{backend} ({pattern})"
-                ax.plot(g["sparsity"], g["speedup_vs_dense"], "o-", label=label)
+                y = g["speedup_vs_dense"]
+                # the backend's rounds p10–p90 as speed-ups against dense's median: the
+                # slowest rounds (p90 ms) give the low end
+                low = y - g["dense_ms"] / g["ms_p90"]
+                high = g["dense_ms"] / g["ms_p10"] - y
+                err = [
+                    low.fill_null(0.0).clip(0.0).to_list(),
+                    high.fill_null(0.0).clip(0.0).to_list(),
+                ]
+                ax.errorbar(100 * g["sparsity"], y, yerr=err, fmt="o-", capsize=3, markersize=4,
+                            label=label)  # fmt: skip
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
             ax.set_yscale("log")
+            log_ticks(ax.yaxis)
+            ax.grid(True, which="major", alpha=0.3)
             ax.set_title(f"{o}×{n}, {op}, batch {batch}", fontsize=9)
-            ax.set_xlabel("sparsity")
-            ax.set_ylabel("speed-up vs dense")
+            ax.set_xlabel("sparsity (%)")
+            ax.set_ylabel("speed-up vs dense (×, log scale)")
             ax.legend(fontsize=7)
     fig.tight_layout()
     path = Path(path)

@@ -201,7 +201,7 @@ def test_record_table_and_leaderboard(tmp_path):
     # the shipped claims about kernels address 4096 x 4096 and 1000 x 100: no cell here
     assert "## Claims" in md and "inconclusive" in md and "holds" not in md
     assert "## Patterns" not in md  # random only
-    assert "semi_structured (skipped)" in md
+    assert "`semi_structured` (skipped)" in md
     assert files["png"].stat().st_size > 0
     pivot = speedup_pivot(runs)
     assert {"dense_mask", "cpu"} <= set(pivot.columns)
