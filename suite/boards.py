@@ -92,7 +92,7 @@ th, td {{ border: 1px solid #ccc; padding: 0.25em 0.5em; vertical-align: top; }}
 th {{ background: #f3f3f3; }}
 code {{ background: #f6f6f6; padding: 0 0.2em; }}
 strong.v-holds, strong.v-fails, strong.v-inconclusive {{ padding: 0 0.35em;
-  border: 1px solid; border-radius: 0.3em; }}
+  border: 1px solid; border-radius: 0.3em; white-space: nowrap; }}
 .v-holds {{ background: #dcf3e1; color: #14532d; border-color: #6fbf85; }}
 .v-fails {{ background: #fbe0df; color: #7f1d1d; border-color: #e08a86; }}
 .v-inconclusive {{ background: #fff2c9; color: #5c4300; border-color: #d9b955; }}

@@ -39,6 +39,7 @@ SEED_NOISE_ONLY = (
 # The reasons the overview lists even at zero (a reviewer reads "0 not run" as a complete
 # run); the other kinds only where a verdict has them.
 _ALWAYS = ("not_run", "failed", "too_few_seeds", "noise")
+_WHICH = 12  # claim ids an overview row lists: a run with nothing done would list them all
 
 
 def macro_name(claim_id: str, field: str) -> str:
@@ -228,7 +229,8 @@ def to_json(verdicts: list[Verdict], registration: Registration | None = None) -
 
 def _overview(verdicts: list[Verdict], html: bool) -> list[str]:
     """The table of counts: holds, fails, then inconclusive by reason (the kinds in
-    :data:`_ALWAYS` even at zero), with the ids of the claims in every row but holds."""
+    :data:`_ALWAYS` even at zero), with the ids of the claims in every row but holds (the
+    first :data:`_WHICH`: the rest are in the sections)."""
     n = counts(verdicts)
     lines = ["| verdict | claims | which |", "|---|---|---|"]
     for key in ("holds", "fails", *REASONS):
@@ -237,7 +239,8 @@ def _overview(verdicts: list[Verdict], html: bool) -> list[str]:
         verdict = key if key in ("holds", "fails") else "inconclusive"
         words = verdict if key == verdict else f"inconclusive: {REASONS[key]}"
         mine = [_code(v.claim.id) for v in verdicts if _row(v) == key]
-        which = ", ".join(mine) if key != "holds" else ""
+        more = f", and {len(mine) - _WHICH} more" if len(mine) > _WHICH else ""
+        which = ", ".join(mine[:_WHICH]) + more if key != "holds" else ""
         lines.append(f"| {_label(verdict, words, html)} | {n[key]} | {which} |")
     lines.append(f"| all | {len(verdicts)} | |")
     return lines
@@ -298,9 +301,8 @@ def to_markdown(
     for i, (text, slug, group) in enumerate(sections, 1):
         n = counts(group)
         inc = len(group) - n["holds"] - n["fails"]
-        files = ", ".join(_code(f) for f in dict.fromkeys(v.claim.file for v in group))
         lines.append(
-            f"{i}. [{_text(text)}](#{slug}) ({files}): {n['holds']} holds, {n['fails']} fails, "
+            f"{i}. [{_text(text)}](#{slug}): {n['holds']} holds, {n['fails']} fails, "
             f"{inc} inconclusive"
         )
     lines.append("")

@@ -181,7 +181,7 @@ def test_the_page_says_each_verdict_in_words_and_links_each_paper(claim_file, tm
     ids = re.findall(r'<h2 id="([^"]+)">', page)
     assert links == ["a-author-2026-a-paper", "a-author-2025-another-paper"]
     assert set(links) <= set(ids) and {"overview", "contents"} <= set(ids)
-    assert "1. [A. Author \\(2026\\): A paper](#a-author-2026-a-paper) (" in md
+    assert "1. [A. Author \\(2026\\): A paper](#a-author-2026-a-paper): 1 holds, 0 fails" in md
     assert json.loads(out["json"].read_text())["claims"][2]["reason_kind"] == "not_run"
 
 
@@ -229,3 +229,10 @@ def test_html_page_keeps_only_known_badge_classes_and_plain_ids():
     # without attrs (a leaderboard), a brace block is text
     assert "{: #good-id }" in html_page(text, "t")
     assert set(REASONS) >= {"not_run", "failed", "too_few_seeds", "noise"}
+
+
+def test_an_overview_row_names_a_dozen_claims_and_counts_the_rest(claim):
+    c = claim(ORDER)
+    verdicts = [Verdict(c, "inconclusive", "r", reason_kind="not_run") for _ in range(15)]
+    row = next(line for line in to_markdown(verdicts, "b").splitlines() if "not run**" in line)
+    assert row.count("`c-1`") == 12 and row.endswith(", and 3 more |") and "| 15 |" in row
