@@ -383,20 +383,23 @@ def si(x: float) -> str:
     return readable(float(x))
 
 
-def mean_std(mean: float | None, std: float | None, n: int | None, col: Col) -> str:
+def mean_std(mean: float | None, std: float | None, n: int | None, col: Col, unit: str = "") -> str:
     """``97.12 ± 0.15`` for n ≥ 2, ``97.12 (n=1)`` for one seed, ``–`` without a value; the
-    std in the same unit and decimals as the mean."""
+    std in the same unit and decimals as the mean; ``unit`` (e.g. ``%``) after the numbers,
+    before the n."""
     if mean is None or not n:
         return "–"
     text = cell(mean, col)
+    unit = f" {unit}" if unit else ""
     if n < 2 or std is None:
-        return f"{text} (n=1)" if n == 1 else text
+        return f"{text}{unit} (n=1)" if n == 1 else f"{text}{unit}"
     if col.show == "pct":
-        return f"{text} ± {100 * std:.{col.digits}f}"
-    if col.show == "num":
-        if "." in text and "e" not in text:  # the std to the mean's last decimal
-            return f"{text} ± {std:.{len(text.split('.')[1])}f}"
-    return f"{text} ± {cell(std, col)}"
+        spread = f"{100 * std:.{col.digits}f}"
+    elif col.show == "num" and "." in text and "e" not in text:  # to the mean's last decimal
+        spread = f"{std:.{len(text.split('.')[1])}f}"
+    else:
+        spread = cell(std, col)
+    return f"{text} ± {spread}{unit}"
 
 
 def md_frame(df: pl.DataFrame, cols: list[Col], families: tuple[str, ...] = ()) -> list[str]:

@@ -190,7 +190,8 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
             big = g.sort("n_atoms")
         with_dense = g.filter(pl.col("speedup_vs_dense").is_not_null()).sort("n_atoms")
         speed = (
-            f"{with_dense['speedup_vs_dense'][-1]:.1f}x dense at {with_dense['n_atoms'][-1]} atoms"
+            f"{with_dense['speedup_vs_dense'][-1]:.1f}× dense at "
+            f"{with_dense['n_atoms'][-1]:,} atoms"
             if with_dense.height
             else "no dense"
         )

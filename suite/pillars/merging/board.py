@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -337,13 +338,23 @@ def plot_heatmap(runs: pl.DataFrame, path: Path) -> None:
             ax.set_axis_off()
             continue
         g = g.with_columns(
-            pl.when(pl.col("setting") == "")
+            pl.when(pl.col("setting").is_in(["", "default"]))
             .then(pl.col("method"))
             .otherwise(pl.format("{} ({})", "method", "setting"))
-            .alias("row")
+            .alias("row"),
+            (pl.col("setting") == "reference").alias("_ref"),
         )
-        m = g.group_by("row", "task", maintain_order=True).agg(pl.col("acc").mean() * 100)
-        wide = m.pivot(on="task", index="row", values="acc")
+        m = g.group_by("row", "task", maintain_order=True).agg(
+            pl.col("acc").mean() * 100, pl.col("_ref").first()
+        )
+        # merges first, best mean over tasks on top; the references below them
+        order = m.group_by("row").agg(pl.col("_ref").first(), pl.col("acc").mean().alias("_m"))
+        wide = (
+            m.pivot(on="task", index="row", values="acc")
+            .join(order, on="row")
+            .sort("_ref", "_m", descending=[False, True])
+            .drop("_ref", "_m")
+        )
         names = [c for c in wide.columns if c != "row"]
         values = wide.select(names).to_numpy()
         low, high = float(np.nanmin(values)), float(np.nanmax(values))
@@ -379,11 +390,13 @@ def plot_density(board: pl.DataFrame, path: Path) -> None:
         for i, r in enumerate(g.iter_rows(named=True)):
             if r["density"] is None:
                 continue
-            label = r["method"] + (f" ({r['setting']})" if r["setting"] else "")
+            label = _label(r["method"], r["setting"])
             label += " † (one trunk per task)" if r["per_task_models"] else ""
+            # hollow markers of different shapes: two merges at one point stay visible
             ax.errorbar(100 * r["density"], 100 * r["norm_acc"],
                         yerr=100 * (r["norm_acc_std"] or 0), fmt=markers[i % len(markers)],
-                        color=f"C{i % 10}", capsize=3, markersize=6, label=label)  # fmt: skip
+                        color=f"C{i % 10}", capsize=3, markersize=8 + (i % 3) * 2,
+                        markerfacecolor="none", markeredgewidth=1.6, label=label)  # fmt: skip
         refs = board.filter((pl.col("model") == model) & (pl.col("kind") == "reference"))
         # references sorted by value, labels alternately at the left and the right end so
         # that two close lines (individual 100, multitask 101) keep readable labels
@@ -406,6 +419,11 @@ def plot_density(board: pl.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
+def _label(method: str, setting: str | None) -> str:
+    """``method`` with its setting unless that is the default (or empty)."""
+    return method if setting in (None, "", "default") else f"{method} ({setting})"
+
+
 # The searched parameters' usual symbols (the methods' Params fields keep ASCII names).
 PARAM_NAMES = {"lam": "λ (scaling)", "k": "k (kept fraction)", "p": "p (drop rate)"}
 
@@ -423,10 +441,11 @@ def plot_curve(curve: pl.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(models), len(params), figsize=(5.0 * len(params),
-                             3.6 * len(models)), squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(len(models), len(params), figsize=(4.6 * len(params) + 2.6,
+                             3.6 * len(models)), squeeze=False, layout="constrained")  # fmt: skip
     names = g.select("method", "setting").unique(maintain_order=True).rows() if g.height else []
     color = {n: f"C{i % 10}" for i, n in enumerate(names)}
+    handles: dict[str, Any] = {}
     for i, model in enumerate(models):
         for j, param in enumerate(params):
             ax = axes[i][j]
@@ -437,15 +456,15 @@ def plot_curve(curve: pl.DataFrame, path: Path) -> None:
             for (method, setting), k in h.group_by("method", "setting", maintain_order=True):
                 best = k.group_by("seed", "value").agg(pl.col("val_norm_acc").max())
                 m = best.group_by("value").agg(pl.col("val_norm_acc").mean()).sort("value")
-                label = method + (f" ({setting})" if setting else "")
-                ax.plot(m["value"], 100 * m["val_norm_acc"], marker="o", markersize=4,
-                        color=color[(method, setting)], label=label)  # fmt: skip
+                handles[_label(method, setting)] = ax.plot(
+                    m["value"], 100 * m["val_norm_acc"], marker="o", markersize=4,
+                    color=color[(method, setting)])[0]  # fmt: skip
             ax.set_xlabel(f"{PARAM_NAMES.get(param, param)} (searched on validation)")
             ax.set_ylabel("validation norm. acc (% of expert)")
             ax.set_title(f"{model}: {PARAM_NAMES.get(param, param)}", fontsize=10)
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
+    if handles:  # one legend for every panel (a method keeps its colour), outside the axes
+        fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=8)
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
 
@@ -462,9 +481,9 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
             tag = rank_text(r["rank"], r["tied"]) if r["rank"] is not None else "ref"
             norm = mean_std(r["norm_acc"], r["norm_acc_std"], r["seeds"], _COL["norm_acc"])
             avg = mean_std(r["avg_acc"], r["avg_acc_std"], r["seeds"], _COL["avg_acc"])
-            density = "–" if r["density"] is None else f"{100 * r['density']:.0f} %"
+            density = "–" if r["density"] is None else f"{100 * r['density']:.0f}"
             lines.append(
-                f"{model:8s} {tag:4s} {r['method']:18s} norm acc {norm} % of expert  "
-                f"avg acc {avg} %  density {density}"
+                f"{model:8s} {tag:4s} {r['method']:18s} norm acc (% of expert) {norm:<14} "
+                f"avg acc (%) {avg:<14} density (%) {density}"
             )
     return "\n".join(lines)

@@ -369,19 +369,22 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path, targets=TARGET_L0) -> d
 
 
 def summary(runs: pl.DataFrame, top: int = 3) -> str:
-    """Per (source, width) and target L0 the best sweep at matched L0 (up to ``top`` lines
-    per (source, width))."""
+    """Per (source, width) and target L0 the sweep of the lowest mean FVU in the first rank
+    group at matched L0, with how many sweeps share that rank (``top`` does not apply: one
+    line per target)."""
     matched = matched_l0(runs)
     if matched.is_empty() or matched["rank"].is_null().all():
         return "no finished SAE cells bracket a target L0"
     lines = []
-    best = matched.filter(pl.col("rank") == 1).sort("activations", "width", "target_l0")
+    best = matched.filter(pl.col("rank") == 1).sort("activations", "width", "target_l0", "fvu")
     for (source, width), g in best.group_by("activations", "width", maintain_order=True):
-        for r in g.head(top).iter_rows(named=True):
+        for (_,), t in g.group_by("target_l0", maintain_order=True):
+            r = t.row(0, named=True)  # the lowest mean FVU of the first rank group
+            others = f" (tied within noise with {t.height - 1} more)" if t.height > 1 else ""
             lines.append(
                 f"{source:10s} m={width:<5d} L0={r['target_l0']:<3g} "
                 f"{rank_text(r['rank'], r['tied']):>3} {r['sweep']:36s} "
-                f"FVU {mean_std(r['fvu'], r['fvu_std'], r['n_seeds'], _COL['fvu'])} "
+                f"FVU {mean_std(r['fvu'], r['fvu_std'], r['n_seeds'], _COL['fvu'])}{others} "
                 f"({r['n_seeds']} seed(s), {r['read']})"
             )
     return "\n".join(lines)
