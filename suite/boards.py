@@ -363,7 +363,7 @@ def cell(value: Any, col: Col, families: tuple[str, ...] = ()) -> str:
         case "si":
             return si(value)
         case "sci":
-            return f"{value:.1e}"
+            return "0" if value == 0 else f"{value:.1e}"
         case "text":
             return md_escape(value)
         case "code":
@@ -547,8 +547,9 @@ def join_values(values: list[Any], sep: str = ", ") -> str:
 
 def log_ticks(axis: Any, si_prefix: bool = False) -> None:
     """A log-scale matplotlib ``axis`` labelled in plain numbers (``3``, ``20``; with
-    ``si_prefix``: ``2 G``, ``50 G``) at 1, 2, 3 and 5 per decade over about a decade, 1, 2
-    and 5 over up to three, powers of ten beyond (labels never crowd), no minor labels:
+    ``si_prefix``: ``2 G``, ``50 G``), more labels per decade the fewer decades the axis
+    spans (1, 2, 3, 4, 5, 7 within one; powers of ten beyond three: labels never crowd), no
+    minor labels:
     matplotlib's default ``4×10⁰`` labels are hard to read and overlap."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -556,9 +557,11 @@ def log_ticks(axis: Any, si_prefix: bool = False) -> None:
         def tick_values(self, vmin: float, vmax: float) -> Any:
             low, high = sorted((max(vmin, 1e-300), max(vmax, 1e-300)))
             decades = math.log10(high / low)
-            fine = (1.0, 2.0, 5.0) if si_prefix else (1.0, 2.0, 3.0, 5.0)
-            self.set_params(subs=fine if decades <= 1.3 else (1.0, 2.0, 5.0) if decades <= 3
-                            else (1.0,))  # fmt: skip
+            steps = ((1.0, (1.0, 2.0, 3.0, 4.0, 5.0, 7.0)), (1.5, (1.0, 2.0, 3.0, 5.0)),
+                     (3.0, (1.0, 2.0, 5.0)), (math.inf, (1.0,)))  # fmt: skip
+            if si_prefix:  # "20 G" is wider than "20": one step coarser
+                steps = ((1.0, (1.0, 2.0, 3.0, 5.0)), (3.0, (1.0, 2.0, 5.0)), (math.inf, (1.0,)))
+            self.set_params(subs=next(subs for span, subs in steps if decades <= span))
             return super().tick_values(vmin, vmax)
 
     def label(v: float, _: Any) -> str:

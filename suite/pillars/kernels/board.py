@@ -349,12 +349,17 @@ def speedup_plot(runs: pl.DataFrame, path: Path) -> None:
     ok = ok.filter(pl.col("batch") == batch)
     shapes = sorted(set(zip(ok["out_features"].to_list(), ok["in_features"].to_list())))
     ops = [op for op in OPS if op in set(ok["op"].to_list())]
+    labels = ok.select("backend", "pattern").unique(maintain_order=True).rows()
+    names = [b if p == DEFAULT_PATTERN else f"{b} ({p})" for b, p in labels]
+    color = {n: f"C{i % 10}" for i, n in enumerate(names)}  # one colour per line in every panel
     fig, axes = plt.subplots(
         max(1, len(shapes)),
         max(1, len(ops)),
-        figsize=(4 * max(1, len(ops)), 3.2 * max(1, len(shapes))),
+        figsize=(4 * max(1, len(ops)) + 1.8, 3.2 * max(1, len(shapes))),
         squeeze=False,
+        layout="constrained",
     )
+    handles: dict[str, object] = {}
     for i, (o, n) in enumerate(shapes):
         for j, op in enumerate(ops):
             ax = axes[i][j]
@@ -373,8 +378,8 @@ def speedup_plot(runs: pl.DataFrame, path: Path) -> None:
                     low.fill_null(0.0).clip(0.0).to_list(),
                     high.fill_null(0.0).clip(0.0).to_list(),
                 ]
-                ax.errorbar(100 * g["sparsity"], y, yerr=err, fmt="o-", capsize=3, markersize=4,
-                            label=label)  # fmt: skip
+                handles[label] = ax.errorbar(100 * g["sparsity"], y, yerr=err, fmt="o-", capsize=3,
+                                             markersize=4, color=color[label])  # fmt: skip
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
             ax.set_yscale("log")
             log_ticks(ax.yaxis)
@@ -382,8 +387,9 @@ def speedup_plot(runs: pl.DataFrame, path: Path) -> None:
             ax.set_title(f"{o}×{n}, {op}, batch {batch}", fontsize=9)
             ax.set_xlabel("sparsity (%)")
             ax.set_ylabel("speed-up vs dense (×, log scale)")
-            ax.legend(fontsize=7)
-    fig.tight_layout()
+            ax.set_xticks(sorted({100 * v for v in cell["sparsity"].to_list()}))
+    if handles:  # one legend for all panels, outside them: it never covers a point
+        fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=8)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, format="png")  # path may be a .tmp name
