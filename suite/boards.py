@@ -307,7 +307,8 @@ def over_trials(
 
 # ---------------------------------------------------------------------------- one board style
 #
-# Every pillar's board follows one convention (README, "Reading a board"):
+# Every pillar's board follows one convention (README, "The results layout, a record and the
+# leaderboard"):
 # - units: shares of a whole (accuracy, sparsity, density, dead latents) are fractions in CSV
 #   and JSON (unit "fraction", 1 = 100 %) and percent in Markdown and HTML, the "%" in the
 #   header; seconds, milliseconds, FLOPs, MB and counts keep their unit everywhere; ratios

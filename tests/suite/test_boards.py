@@ -120,3 +120,69 @@ def test_classification_board_shows_a_failed_records_error_as_text(make_record, 
     shown = visible_text(page)
     for text in HOSTILE:
         assert text in shown, text
+
+
+# ---------------------------------------------------------------------------- one board style
+
+
+def test_numbers_read_without_exponents_and_units_stay_in_headers():
+    from sparsebench.suite.boards import PCT, Col, cell, columns_block, md_frame, readable, si
+
+    assert readable(1250.0) == "1,250" and readable(0.01234) == "0.0123"
+    assert readable(12.345) == "12.3" and readable(2.7e-16) == "2.7e-16"
+    assert si(1.25e9) == "1.25 G" and si(830_000.0) == "830 k"
+    acc = Col("acc", "test acc (%)", PCT, "higher", "pct")
+    assert cell(0.97123, acc) == "97.12" and cell(None, acc) == "–"
+    lines = md_frame(pl.DataFrame({"acc": [0.5]}), [acc])
+    assert lines[0] == "| test acc (%) |" and lines[2] == "| 50.00 |"
+    assert columns_block([acc], pl.DataFrame({"acc": [0.5], "task_name": ["a"]})) == {
+        "acc": {"unit": "fraction", "better": "higher", "header": "test acc (%)"},
+        "task_name": {"unit": "", "better": None, "header": "task name"},
+    }
+
+
+def test_one_seed_shows_n1_and_two_seeds_mean_and_std():
+    from sparsebench.suite.boards import PCT, Col, mean_std
+
+    acc = Col("acc", "acc (%)", PCT, "higher", "pct")
+    assert mean_std(0.9712, 0.0015, 3, acc) == "97.12 ± 0.15"
+    assert mean_std(0.97, None, 1, acc) == "97.00 (n=1)"
+    assert mean_std(0.1234, 0.01, 2, Col("fvu", "FVU")) == "0.123 ± 0.010"
+    assert mean_std(None, None, 0, acc) == "–"
+
+
+def test_a_tie_within_noise_is_marked_and_clear_gaps_are_not():
+    from sparsebench.suite.boards import noise_ranks, rank_text
+
+    # a: 0.90 ± 0.01, b: 0.895 ± 0.01 (3 seeds each): Welch t = 0.005 / sqrt(2 · 0.0001 / 3)
+    # = 0.61, p ≈ 0.57: tied. c: 0.50 ± 0.01: t = 49 against a: its own rank, 3.
+    df = pl.DataFrame(
+        {"m": ["c", "a", "b"], "mean": [0.50, 0.90, 0.895], "std": [0.01] * 3, "n": [3] * 3}
+    )
+    out = noise_ranks(df, "mean", "std", "n", [], higher_better=True)
+    got = {m: rank_text(r, t) for m, r, t in out.select("m", "rank", "tied").rows()}
+    assert got == {"a": "=1", "b": "=1", "c": "3"}
+    # lower is better (an FVU): the order turns round, the rule stays
+    low = noise_ranks(df, "mean", "std", "n", [], higher_better=False)
+    assert dict(low.select("m", "rank").rows()) == {"c": 1, "a": 2, "b": 2}
+    # one seed has no spread to test: never ranked apart
+    one = df.with_columns(n=pl.lit(1), std=pl.lit(None, dtype=pl.Float64))
+    assert noise_ranks(one, "mean", "std", "n", [], True)["rank"].to_list() == [1, 1, 1]
+
+
+def test_method_links_take_an_address_only_from_the_source_text():
+    from sparsebench.suite.boards import method_link, source_url, sources_lines
+
+    assert source_url("Zhu & Gupta 2017, arXiv:1710.01878, Sec. 3.") == (
+        "https://arxiv.org/abs/1710.01878"
+    )
+    assert source_url("code github.com/prateeky2806/ties-merging.") == (
+        "https://github.com/prateeky2806/ties-merging"
+    )
+    assert source_url("Evci et al. 2020, ICML, Algorithm 1") is None
+    assert source_url("see https://example.org/a_b?x=1 (text)") == "https://example.org/a_b?x=1"
+    assert method_link("gmp", ("pruning",)) == "[`gmp`](https://arxiv.org/abs/1710.01878)"
+    assert method_link("rigl", ("dst",)) == "`rigl`"  # its source names no address
+    assert method_link("not_registered", ("dst",)) == "`not_registered`"
+    lines = sources_lines(["rigl", "rigl"], ("dst",))
+    assert lines[0] == "**Sources**" and len(lines) == 4 and "Rigging the Lottery" in lines[2]

@@ -527,7 +527,7 @@ def summary(source: Path | pl.DataFrame, top: int = 3) -> str:
             flops = _times(r["train_flops_rel_dense_mean"])
             name = r["method"] if r["setting_id"] == "default" else f"{r['method']}[{r['setting']}]"
             lines.append(
-                f"  {rank:>3}. {name:<40} {_acc_cell(r):<16} "
+                f"  {rank:>3}. {name:<40} test acc (%) {_acc_cell(r):<14} "
                 f"train FLOPs {flops} dense  train {_num(r['train_wall_s_mean'])} s"
             )
     return "\n".join(lines)
