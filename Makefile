@@ -22,13 +22,12 @@ $(STAMP): pyproject.toml
 		|| echo "note: the cpu kernel backend was not built now (see above); it builds on first use"
 	touch $@
 
-# Ends in every pillar's leaderboard and results/default/summary.md (printed), then the
+# One line per cell, then every pillar's leaderboard, summary.md, the claims and the report
+# (results/default/report.html); fails when a cell failed or diverged (--strict). Then the
 # wall-clock of the run against its cells' own time (perf overhead).
 bench: $(STAMP)
-	@start=$$(date +%s); $(VENV)/bin/snakemake --cores $(CORES) || exit $$?; \
-	end=$$(date +%s); cat results/default/summary.md && \
-	$(PY) -m sparsebench.suite.perf overhead results/default --wall $$((end - start)) \
-		--cores $(CORES) --since $$start
+	$(VENV)/bin/sparsebench run suite/benchmarks/default.yaml --cores $(CORES) --report --strict
+	$(PY) -m sparsebench.suite.perf overhead results/default
 
 # One pytest worker per core (pytest-xdist); `-n 0` runs them in one process. The fault and
 # fuzz tests (marker `slow`) are `make test-slow`, which CI runs too.

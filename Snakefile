@@ -2,9 +2,13 @@
 # one record per cell) -> validated runs.parquet -> leaderboards -> summary.md. Thin on
 # purpose: the pillars live in suite/pillars/, the generic rules in suite/rules/.
 #
+#   sparsebench run my_spec.yaml --cores 2               # the suite's command (progress, end)
 #   snakemake --cores 2                                  # the embedded default spec
 #   snakemake --cores 2 --config spec=my_spec.yaml        # your own spec
 #   snakemake -n                                         # list the jobs
+
+
+report: "suite/rules/report/workflow.rst"
 
 
 include: "suite/rules/common.smk"
@@ -29,6 +33,7 @@ onstart:
 # reaches this, and the next run redoes it.
 onsuccess:
     confirm_in_flight()
+    print_ending()
 
 
 onerror:

@@ -1,17 +1,19 @@
 """The ``sparsebench`` command line.
 
-sparsebench run PILLAR --cell ID [--cell ID ...]   # run cells of the spec ($SPARSEBENCH_SPEC)
-sparsebench build PILLAR --artefact ID     # build artefacts (models cells read)
+sparsebench run SPEC [--cores N] [--report] [--strict] [-n]   # a benchmark, start to answer
+sparsebench validate SPEC                  # check a spec, list its cells
+sparsebench leaderboard results/<bench>    # records -> every board + summary.md, no job rerun
+sparsebench claims results/<bench> [FILE ...]   # judge claim files -> claims.{md,json,tex}
+sparsebench claims --check FILE [FILE ...]      # validate claim files, no results needed
+sparsebench curves results/<bench> --pillar P --cells GLOB   # learning curves of cells
+sparsebench retry-failed results/<bench>   # forget failed cells so the next run reruns them
+sparsebench pillars                        # registered pillars, their spec keys and metrics
+sparsebench methods                        # registered methods, parameters, defaults, sources
 sparsebench aggregate results/<bench>      # records -> validated runs.parquet, every pillar
 sparsebench board results/<bench> --pillar P   # runs.parquet -> one pillar's board
 sparsebench summary results/<bench>        # every pillar's tables -> summary.md
-sparsebench leaderboard results/<bench>    # records -> every board + summary.md, no job rerun
-sparsebench retry-failed results/<bench>   # forget failed cells so snakemake reruns them
-sparsebench pillars                        # registered pillars, their spec keys and metrics
-sparsebench methods                        # registered methods, parameters, defaults, sources
-sparsebench validate FILE                  # check a spec, list its cells
-sparsebench claims results/<bench> [FILE ...]   # judge claim files -> claims.{md,json,tex}
-sparsebench claims --check FILE [FILE ...]      # validate claim files, no results needed
+sparsebench cells PILLAR --cell ID [--cell ID ...]   # cells in this process (the workflow's jobs)
+sparsebench build PILLAR --artefact ID     # build artefacts (models cells read)
 
 Pillars may add their own commands (``Pillar.add_commands``); `sparsebench -h` lists them.
 """
@@ -30,12 +32,32 @@ from sparsebench.suite import registry
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    import shlex
+
+    from sparsebench.suite.runner import RunOptions, run
+
+    extra = tuple(shlex.split(args.snakemake))
+    opts = RunOptions(args.spec, args.cores, args.report, args.strict, args.dry_run, extra)
+    return run(opts)
+
+
+def _cmd_curves(args: argparse.Namespace) -> int:
+    from sparsebench.suite.curves import find_curves, plot_curves
+
+    curves = find_curves(Path(args.bench_dir), args.pillar, args.cells)
+    out = Path(args.out or Path(args.bench_dir) / args.pillar / "curves.png")
+    plot_curves(curves, args.metric, out)
+    print(f"{out}: {args.metric} of {len(curves)} cell(s)")
+    return 0
+
+
+def _cmd_cells(args: argparse.Namespace) -> int:
     from sparsebench.suite.job import run_batch
     from sparsebench.suite.pillar import get_pillar
     from sparsebench.suite.spec import load
 
     if not args.spec:
-        raise SystemExit("sparsebench run: give --spec FILE (or set SPARSEBENCH_SPEC)")
+        raise SystemExit("sparsebench cells: give --spec FILE (or set SPARSEBENCH_SPEC)")
     pillar = get_pillar(args.pillar)
     spec = load(args.spec)
     if pillar.name not in spec.pillars:
@@ -45,7 +67,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cells = {c.id: c for c in pillar.cells(spec)}
     wanted = list(cells) if args.all else args.cell
     if not wanted:
-        raise SystemExit("sparsebench run: give --cell ID (one or more) or --all")
+        raise SystemExit("sparsebench cells: give --cell ID (one or more) or --all")
     unknown = [c for c in wanted if c not in cells]
     if unknown:
         some = ", ".join(list(cells)[:5])
@@ -56,9 +78,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     missing = sorted({i for c in wanted for i in cells[c].inputs if not Path(i).is_file()})
     if missing:  # no failed records: they would count as done and block the artefacts' rules
         raise SystemExit(
-            f"sparsebench run: {len(missing)} input(s) of these cells do not exist yet, e.g. "
-            f"{missing[0]}; build them first: snakemake --cores N --config spec={args.spec} "
-            f"(it makes them), or `sparsebench build {pillar.name} --artefact ID --spec "
+            f"sparsebench cells: {len(missing)} input(s) of these cells do not exist yet, e.g. "
+            f"{missing[0]}; build them first: sparsebench run {args.spec} (it makes them), or "
+            f"`sparsebench build {pillar.name} --artefact ID --spec "
             f"{args.spec}`"
         )
     run_batch(
@@ -354,29 +376,99 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"sparsebench {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="run cells of one pillar in this process, one record each")
-    r.add_argument("pillar", help="a registered pillar (`sparsebench pillars`)")
-    r.add_argument("--cell", action="append", default=[], help="cell id (repeatable)")
-    r.add_argument("--all", action="store_true", help="every cell of the pillar in the spec")
+    r = sub.add_parser(
+        "run",
+        help="run a benchmark spec end to end: jobs, boards, summary, claims (and report)",
+        description="Run a benchmark spec through Snakemake: every missing artefact and cell, "
+        "then the boards, summary.md and the claims. One line per finished cell (status, "
+        "headline metric, time, ETA); the end names the boards and the report and counts the "
+        "failed and diverged cells. A rerun does only what is missing or changed. Snakemake's "
+        "own output goes to results/<bench>/logs/snakemake.log.",
+    )
     r.add_argument(
+        "spec",
+        help="a spec file, or an embedded benchmark's name (default, dst, pruning, merging, "
+        "sae, hessian, kernels, reproduce)",
+    )
+    r.add_argument(
+        "--cores",
+        type=count,
+        default=os.cpu_count() or 1,
+        help="CPU cores the jobs may use together (default: all of this machine's)",
+    )
+    r.add_argument(
+        "--report",
+        action="store_true",
+        help="then write results/<bench>/report.html (Snakemake's report: front page, "
+        "boards, plots, claims)",
+    )
+    r.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when a cell failed or diverged (for CI; default: exit 0, counted)",
+    )
+    r.add_argument(
+        "-n",
+        "--dry-run",
+        action="store_true",
+        help="say what would run (cells, artefacts, earlier times); write nothing",
+    )
+    r.add_argument(
+        "--snakemake",
+        default="",
+        metavar="OPTIONS",
+        help="more Snakemake options, quoted as one argument (e.g. --snakemake "
+        "'--profile profiles/slurm')",
+    )
+    r.set_defaults(func=_cmd_run)
+
+    ce = sub.add_parser(
+        "cells",
+        help="run cells of one pillar in this process, one record each (the workflow's jobs)",
+        description="Run cells of one pillar of a spec in this process, writing one record "
+        "each. The workflow's jobs call this; `sparsebench run SPEC` is the command for a whole "
+        "benchmark.",
+    )
+    ce.add_argument("pillar", help="a registered pillar (`sparsebench pillars`)")
+    ce.add_argument("--cell", action="append", default=[], help="cell id (repeatable)")
+    ce.add_argument("--all", action="store_true", help="every cell of the pillar in the spec")
+    ce.add_argument(
         "--spec",
         default=os.environ.get("SPARSEBENCH_SPEC"),
         help="benchmark spec (YAML); default $SPARSEBENCH_SPEC",
     )
-    r.add_argument("--root", default="results", help="results folder (default: results)")
-    r.add_argument(
+    ce.add_argument("--root", default="results", help="results folder (default: results)")
+    ce.add_argument(
         "--parallel-jobs",
         type=count,
         default=os.environ.get("SPARSEBENCH_PARALLEL_JOBS", "1"),  # a string: checked by type
         help="jobs running at once, recorded with the wall-clock figures (default "
         "$SPARSEBENCH_PARALLEL_JOBS or 1)",
     )
-    r.add_argument(
+    ce.add_argument(
         "--threads",
         type=count,
         help="torch threads, overriding the spec's (the Snakefile passes Snakemake's threads)",
     )
-    r.set_defaults(func=_cmd_run)
+    ce.set_defaults(func=_cmd_cells)
+
+    cu = sub.add_parser(
+        "curves",
+        help="plot the learning curves of chosen cells (metrics.csv beside their records)",
+        description="Plot a logged metric against the epoch for every cell of a pillar whose "
+        "id matches a glob (cells that train with Lightning keep metrics.csv beside their "
+        "record).",
+    )
+    cu.add_argument("bench_dir", help="results/<bench>")
+    cu.add_argument("--pillar", default="classification", help="default: classification")
+    cu.add_argument(
+        "--cells",
+        default="*",
+        help="glob over cell ids, e.g. 'mnist5k_lenet300/rigl/*/s0.9/*' (default: every cell)",
+    )
+    cu.add_argument("--metric", default="val_acc", help="a logged column (default: val_acc)")
+    cu.add_argument("--out", help="the PNG (default: results/<bench>/<pillar>/curves.png)")
+    cu.set_defaults(func=_cmd_curves)
 
     bd = sub.add_parser("build", help="build artefacts of a pillar (models that cells read)")
     bd.add_argument("pillar")

@@ -13,6 +13,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,16 @@ def confirm_deaths(records: Sequence[str | Path], since: float) -> list[Path]:
     return changed
 
 
+# The folder of the cell being run (its record's), for files a cell keeps beside its record
+# (the learning curve); None outside a cell.
+_CELL_FOLDER: ContextVar[Path | None] = ContextVar("cell_folder", default=None)
+
+
+def cell_folder() -> Path | None:
+    """The folder of the record of the cell this process is running, or None."""
+    return _CELL_FOLDER.get()
+
+
 def _failed(spec, pillar: Pillar, cell: Cell, parallel_jobs: int, error: str) -> dict[str, Any]:
     record = base_record(spec, pillar, cell, parallel_jobs)
     now = rec.now_iso()
@@ -101,6 +112,7 @@ def run_one(
     record = base_record(spec, pillar, cell, parallel_jobs)
     record["started_at"] = rec.now_iso()
     t0 = time.perf_counter()
+    token = _CELL_FOLDER.set(out.parent)
     try:
         metrics = pillar.run_cell(spec, cell, state)
         record.update({"status": "ok", "error": None, **metrics})
@@ -113,6 +125,8 @@ def run_one(
     except BaseException:  # interrupted: no record, the cell is pending again
         out.unlink(missing_ok=True)
         raise
+    finally:
+        _CELL_FOLDER.reset(token)
     record["cell_s"] = time.perf_counter() - t0
     record["finished_at"] = rec.now_iso()
     try:
@@ -172,9 +186,22 @@ def run_batch(
         took = record.get("cell_s")
         secs = f" in {took:.1f} s" if took is not None else ""
         error = f": {record['error']}" if record["status"] != "ok" else ""
-        say(f"[{i}/{len(cells)}] [{record['status']}] {pillar.name} {cell.label}{secs}{error}")
+        metric = _headline(pillar, record)
+        say(
+            f"[{i}/{len(cells)}] [{record['status']}] {pillar.name} {cell.label}{metric}{secs}"
+            f"{error}"
+        )
     say(f"{len(cells)} cell(s) of {pillar.name} in {time.perf_counter() - t0:.1f} s")
     return records
+
+
+def _headline(pillar: Pillar, record: dict[str, Any]) -> str:
+    """`` test_acc=0.9712``: the pillar's headline metric of an ok record, for its log line."""
+    name = pillar.ok_metric
+    value = record.get(name) if name and record.get("status") == "ok" else None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return ""
+    return f" {name}={value:.4g}"
 
 
 def build_artefact(spec, pillar: Pillar, artefact, threads: int | None = None) -> float:

@@ -32,8 +32,20 @@ def quiet_lightning() -> None:
 
 
 def quiet_trainer(**overrides: Any) -> pl.Trainer:
-    """A ``Trainer`` with :data:`QUIET` and ``overrides`` (which win), banners silenced."""
+    """A ``Trainer`` with :data:`QUIET` and ``overrides`` (which win), banners silenced.
+
+    Inside a cell (:func:`sparsebench.suite.job.cell_folder`), what the module logs (losses,
+    accuracies per epoch) goes to ``metrics.csv`` next to the cell's record through
+    Lightning's ``CSVLogger``: the cell's learning curve (``sparsebench curves`` plots it)."""
     import lightning.pytorch as pl
 
+    from sparsebench.suite.job import cell_folder
+
     quiet_lightning()
-    return pl.Trainer(**{**QUIET, **overrides})
+    settings = {**QUIET, **overrides}
+    folder = cell_folder()
+    if folder is not None and "logger" not in overrides:
+        from lightning.pytorch.loggers import CSVLogger
+
+        settings["logger"] = CSVLogger(save_dir=str(folder), name="", version="")
+    return pl.Trainer(**settings)

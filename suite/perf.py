@@ -5,7 +5,7 @@
     in a temporary folder and times: a full aggregation, an incremental one with nothing new,
     one after 1 % of the records changed, and every board from ``runs.parquet`` alone.
 
-``python -m sparsebench.suite.perf overhead results/<bench> --wall S --cores C [--since T]``
+``python -m sparsebench.suite.perf overhead results/<bench> [--wall S --cores C --since T]``
     the ratio of a run's Snakemake wall-clock ``S`` to the core-seconds of its own work (its
     cells, and the artefacts it built: models trained once and cached) divided by the cores
     (1.0: no start-up or scheduling overhead at all).
@@ -127,14 +127,30 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--keep", action="store_true", help="keep the generated folder")
     o = sub.add_parser("overhead", help="wall-clock vs the cells' own time")
     o.add_argument("bench_dir")
-    o.add_argument("--wall", type=float, required=True, help="seconds the snakemake run took")
-    o.add_argument("--cores", type=int, required=True)
+    o.add_argument(
+        "--wall",
+        type=float,
+        help="seconds the snakemake run took (default: the last `sparsebench run`'s, from "
+        "results/<bench>/logs/run.json, with its cores and start)",
+    )
+    o.add_argument("--cores", type=int)
     o.add_argument("--since", type=float, default=0.0, help="Unix time the run started")
     args = p.parse_args(argv)
     if args.cmd == "tables":
         result = tables(Path(args.source), args.records, args.keep)
     else:
-        result = overhead(Path(args.bench_dir), args.wall, args.cores, args.since)
+        wall, cores, since = args.wall, args.cores, args.since
+        if wall is None:
+            last = Path(args.bench_dir) / "logs" / "run.json"
+            try:
+                run = json.loads(last.read_text())
+            except (OSError, ValueError):
+                p.error(f"give --wall and --cores: {last} (written by `sparsebench run`) is "
+                        "missing or unreadable")  # fmt: skip
+            wall, cores, since = run["wall_s"], cores or run["cores"], run["started"]
+        if cores is None:
+            p.error("give --cores")
+        result = overhead(Path(args.bench_dir), wall, cores, since)
     print(json.dumps(result, indent=2))
     return 0
 

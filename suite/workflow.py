@@ -235,10 +235,14 @@ def artefact_batches(artefacts: dict[str, list[Artefact]]) -> list[ArtefactBatch
 
 
 def save_plan(
-    path: Path, batches_: dict[str, list[Batch]], artefacts: Sequence[ArtefactBatch] = ()
+    path: Path,
+    batches_: dict[str, list[Batch]],
+    artefacts: Sequence[ArtefactBatch] = (),
+    pillars: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Write the batch plan (which cells, and which missing artefacts, each job builds) for
-    the jobs' own parses."""
+    the jobs' own parses, with the spec's pillars and their headline metric (name, unit,
+    direction) for the progress display of ``sparsebench run``."""
     from sparsebench.suite.record import write_json_atomic
 
     plan = {
@@ -262,7 +266,7 @@ def save_plan(
         }
         for b in artefacts
     ]
-    write_json_atomic(path, {"cells": plan, "artefacts": arts})
+    write_json_atomic(path, {"cells": plan, "artefacts": arts, "pillars": pillars or {}})
 
 
 def _read_plan(path: Path) -> dict[str, Any] | None:

@@ -1,8 +1,9 @@
 """A toy pillar defined only in the tests: the proof that a pillar is one module and nothing
 in the spine. Spec section ``toy: {values: [...]}``; one cell per value; its job writes the
-value's square (-1 fails, 99 kills the process, 77 takes two minutes). With ``base: n`` every
-cell first reads an artefact, a tensor of n ones built once (``TOY_BUILD_SLEEP`` seconds of
-building, to be interrupted), through the suite's artefact loader. Loaded through
+value's square (-1 fails, 55 diverges, 99 kills the process, 77 takes two minutes). With
+``base: n`` every cell first reads an artefact, a tensor of n ones built once
+(``TOY_BUILD_SLEEP`` seconds of building, to be interrupted), through the suite's artefact
+loader. Loaded through
 ``SPARSEBENCH_PLUGINS=tests.toy_pillar``."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import polars as pl
 from sparsebench.suite import paths, tensorfile
 from sparsebench.suite.boards import write_board_files
 from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, register_pillar
+from sparsebench.suite.record import Diverged
 
 
 @register_pillar
@@ -85,6 +87,8 @@ class ToyPillar(Pillar):
             os._exit(3)
         if cell.columns["value"] == 77:  # a long cell, to be interrupted (a rerun may shorten it)
             time.sleep(float(os.environ.get("TOY_SLEEP", "120")))
+        if cell.columns["value"] == 55:
+            raise Diverged("the square is nan at step 3")
         if cell.columns["value"] < 0:
             raise ValueError("negative values are refused")
         return {"square": cell.columns["value"] ** 2}

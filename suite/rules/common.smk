@@ -10,6 +10,8 @@ import time
 from sparsebench.suite import paths
 from sparsebench.suite.job import confirm_deaths
 from sparsebench.suite.pillar import get_pillar
+from sparsebench.suite.front import CONFIG_KEY as FRONT_KEY, FrontPage
+from sparsebench.suite.runner import ending
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
 from sparsebench.suite.workflow import (
     artefact_batches,
@@ -105,12 +107,31 @@ else:
     if ARTEFACT_BATCHES is None:
         ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
 RUN_START = time.time()
+# The report's front page (suite/rules/report/workflow.rst), rendered only by --report.
+config[FRONT_KEY] = FrontPage(BENCH, SPEC_FILE, tuple(PILLARS), CORES)
 
 
 def save_run_plan():
     """The plan the jobs' own parses reuse, saved when a run starts (Snakemake's onstart:
     never in a dry run or --lint, which write nothing)."""
-    save_plan(PLAN, BATCHES, ARTEFACT_BATCHES)
+    save_plan(PLAN, BATCHES, ARTEFACT_BATCHES, {n: headline(p) for n, p in PILLARS.items()})
+
+
+def headline(pillar):
+    """The pillar's headline metric (the column every ok row carries) for progress lines."""
+    name = pillar.ok_metric
+    found = [m for m in pillar.metrics if m.name == name]
+    unit = found[0].unit if found else ""
+    higher = found[0].higher_is_better if found else None
+    return {"name": name, "unit": unit, "higher": higher}
+
+
+def print_ending():
+    """Where the answer is, and how many cells failed or diverged (Snakemake itself ends
+    "100% done" and exit 0 when a cell's record says failed)."""
+    if not workflow.dryrun:
+        text = ending(BENCH, list(PILLARS))[0]
+        print(f"\n{text}", flush=True)
 
 
 def confirm_in_flight():

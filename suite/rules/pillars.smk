@@ -54,7 +54,7 @@ for _pillar, _batches in BATCHES.items():
             conda:
                 CONDA_ENV
             shell:
-                "{params.python} -m sparsebench.suite.cli run {params.pillar} {params.cells} "
+                "{params.python} -m sparsebench.suite.cli cells {params.pillar} {params.cells} "
                 "--spec {params.spec} --parallel-jobs {params.parallel_jobs} "
                 "--threads {threads} >> {log} 2>&1"
 

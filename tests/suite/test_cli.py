@@ -111,7 +111,8 @@ def test_every_results_command_on_a_missing_or_empty_folder_is_one_clear_error(t
 def test_counts_on_the_command_line_are_checked_by_argparse(capsys, monkeypatch):
     import pytest
 
-    for argv in (["run", "toy", "--cell", "x", "--threads", "0"],
+    for argv in (["cells", "toy", "--cell", "x", "--threads", "0"],
+                 ["run", "default", "--cores", "0"],
                  ["build", "toy", "--artefact", "x", "--threads", "-2"],
                  ["summary", "r", "--top", "-1"],
                  ["validate", "s.yaml", "--show", "-3"]):  # fmt: skip
@@ -120,5 +121,5 @@ def test_counts_on_the_command_line_are_checked_by_argparse(capsys, monkeypatch)
         assert done.value.code == 2 and "is outside" in capsys.readouterr().err, argv
     monkeypatch.setenv("SPARSEBENCH_PARALLEL_JOBS", "abc")
     with pytest.raises(SystemExit):
-        main(["run", "toy", "--cell", "x"])
+        main(["cells", "toy", "--cell", "x"])
     assert "--parallel-jobs: 'abc' is not a whole number" in capsys.readouterr().err

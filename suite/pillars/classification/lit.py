@@ -129,8 +129,8 @@ class ClassificationModule(pl.LightningModule):
         self.metrics = nn.ModuleDict(
             {s: MulticlassAccuracy(num_classes, average="micro") for s in ("val", "test")}
         )
-        self._loss_sum = {"val": 0.0, "test": 0.0}
-        self._count = {"val": 0, "test": 0}
+        self._loss_sum = {"val": 0.0, "test": 0.0, "train": 0.0}
+        self._count = {"val": 0, "test": 0, "train": 0}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
@@ -143,7 +143,16 @@ class ClassificationModule(pl.LightningModule):
                 f"training loss is {loss.item()} at step {self.global_step} "
                 f"(epoch {self.current_epoch}); lower the learning rate in the recipe"
             )
+        # the epoch's mean training loss for the learning curve (the check above has already
+        # read the value, so this adds no synchronisation)
+        self._loss_sum["train"] += float(loss) * int(y.numel())
+        self._count["train"] += int(y.numel())
         return loss
+
+    def on_train_epoch_end(self):
+        n = max(self._count["train"], 1)
+        self.log("train_loss", self._loss_sum["train"] / n)
+        self._loss_sum["train"], self._count["train"] = 0.0, 0
 
     def _eval_step(self, batch, stage: str) -> None:
         x, y = batch

@@ -277,8 +277,8 @@ def test_run_refuses_cells_whose_artefacts_are_missing(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.ARTEFACTS_ENV, str(tmp_path / "artefacts"))
     spec_file = tmp_path / "m.yaml"
     spec_file.write_text(yaml.safe_dump({"benchmark": "m", **PILLAR.example()}))
-    with pytest.raises(SystemExit, match="do not exist yet.*snakemake"):
-        main(["run", "merging", "--all", "--spec", str(spec_file), "--root", str(tmp_path)])
+    with pytest.raises(SystemExit, match="do not exist yet.*sparsebench run"):
+        main(["cells", "merging", "--all", "--spec", str(spec_file), "--root", str(tmp_path)])
     assert not list(tmp_path.rglob("record.json"))
 
 

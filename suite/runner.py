@@ -1,0 +1,510 @@
+"""``sparsebench run SPEC``: one command from a spec to its answer.
+
+It runs the workflow with Snakemake (a subprocess: the same Snakefile, profiles and executors
+as a plain ``snakemake`` call, whose whole output goes to ``results/<bench>/logs/snakemake.log``)
+and shows its progress as one line per cell, read from what the jobs write (the plan saved when
+the run starts, each cell's record, the artefacts' build notes, the tables): a display that
+needs nothing from Snakemake's own log format and works the same under any executor. The end
+names the boards, the summary, the claims and the report, and counts the cells that failed or
+diverged (a non-zero exit with ``--strict``).
+
+Nothing here imports torch or Lightning: the jobs do.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from sparsebench.suite import paths
+
+# The workflow's Snakefile: the checkout's (an editable install; the repo is the package).
+SNAKEFILE = Path(__file__).resolve().parents[1] / "Snakefile"
+# A first estimate of a job's start-up (interpreter, torch, Lightning), before any is measured.
+STARTUP_S = 6.0
+POLL_S = 0.5
+
+
+class RunError(ValueError):
+    """A spec or option the run cannot start with."""
+
+
+def resolve_spec(text: str) -> Path:
+    """The spec file ``text`` names: a path, or the name of an embedded benchmark
+    (``default``, ``dst``, ... in suite/benchmarks/)."""
+    from sparsebench.suite.spec import BENCHMARKS_DIR
+
+    path = Path(text)
+    if path.is_file():
+        return path
+    embedded = BENCHMARKS_DIR / f"{text}.yaml"
+    if "/" not in text and embedded.is_file():
+        return embedded
+    names = sorted(p.stem for p in BENCHMARKS_DIR.glob("*.yaml"))
+    close = difflib.get_close_matches(text, names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    what = "a folder, not a spec file" if path.is_dir() else "no such file"
+    raise RunError(
+        f"{text}: {what} (looked in {Path.cwd()}){hint} Give a spec file or an embedded "
+        f"benchmark: {', '.join(names)}"
+    )
+
+
+def benchmark_name(spec: Path) -> str:
+    """The spec's ``benchmark`` name, read without validating the spec (Snakemake's parse
+    validates it and says what is wrong)."""
+    from sparsebench.suite.spec import SpecError, read_yaml
+
+    try:
+        data = read_yaml(spec, "spec", SpecError)
+    except SpecError as e:
+        raise RunError(str(e)) from None
+    name = data.get("benchmark") if isinstance(data, dict) else None
+    if not isinstance(name, str) or not name:
+        raise RunError(f"{spec}: benchmark: missing; give the benchmark a name (its folder)")
+    return name
+
+
+def snakemake_command(
+    spec: Path, cores: int, dry_run: bool = False, extra: Sequence[str] = ()
+) -> list[str]:
+    """The Snakemake call ``sparsebench run`` makes (the one a user would type)."""
+    if not SNAKEFILE.is_file():
+        raise RunError(
+            f"the workflow's Snakefile is not at {SNAKEFILE}: sparsebench runs from a checkout "
+            "(pip install -e .)"
+        )
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(Path.cwd())]
+    cmd += ["--cores", str(cores), "--config", f"spec={spec}"]
+    if dry_run:
+        cmd += ["-n", "--quiet", "rules"]
+    return cmd + list(extra)
+
+
+def clock(seconds: float) -> str:
+    """``1:05`` for 65 s, ``1:02:03`` past an hour."""
+    s = int(round(max(seconds, 0.0)))
+    h, rest = divmod(s, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+# ---------------------------------------------------------------- what the run has done
+
+
+@dataclass
+class CellState:
+    pillar: str
+    cell_id: str
+    job: str
+    estimate: float | None = None  # seconds, from an earlier record of the same cell
+    done: bool = False
+    seconds: float | None = None
+
+
+@dataclass
+class Progress:
+    """The run's cells and artefacts from its plan, and what has finished so far."""
+
+    bench: str
+    start: float
+    cells: list[CellState]
+    artefacts: dict[tuple[str, str], bool]  # (pillar, artefact id) -> built
+    metrics: dict[str, dict[str, Any]]  # pillar -> {name, unit, higher}
+    cores: int
+    boards: dict[str, float] = field(default_factory=dict)  # pillar -> table mtime at start
+
+    @classmethod
+    def from_plan(cls, bench: str, plan: dict[str, Any], start: float, cores: int) -> Progress:
+        history = _history(bench)
+        cells = [
+            CellState(pillar, cid, b["name"], history.get(f"{pillar}/{cid}"))
+            for pillar, bs in plan.get("cells", {}).items()
+            for b in bs
+            for cid in b["cells"]
+        ]
+        arts = {(a["pillar"], i): False for a in plan.get("artefacts", []) for i in a["ids"]}
+        boards = {}
+        for pillar in plan.get("pillars", {}):
+            table = paths.runs_table(bench, pillar)
+            boards[pillar] = table.stat().st_mtime if table.is_file() else 0.0
+        return cls(bench, start, cells, arts, plan.get("pillars", {}), cores, boards)
+
+    def eta(self, now: float) -> float | None:
+        """Seconds left: the remaining cells' estimated work over the finished cells' (the
+        estimate of a cell being its earlier time, else its pillar's mean so far), times the
+        time elapsed; before any cell has finished, the estimates over the cores."""
+        finished = [c for c in self.cells if c.done and c.seconds is not None]
+        mean: dict[str, float] = {}
+        for p in {c.pillar for c in finished}:
+            got = [c.seconds for c in finished if c.pillar == p]
+            mean[p] = sum(got) / len(got)
+
+        def est(c: CellState) -> float | None:
+            if c.estimate is not None:
+                return c.estimate
+            return mean.get(c.pillar)
+
+        left = [est(c) for c in self.cells if not c.done]
+        if not left:
+            return 0.0
+        if any(e is None for e in left):
+            return None
+        done = sum(e for c in self.cells if c.done and (e := est(c)) is not None)
+        elapsed = now - self.start
+        if done > 0 and elapsed > 0:
+            return elapsed * sum(left) / done
+        jobs = len({(c.pillar, c.job) for c in self.cells if not c.done})
+        return (sum(left) + jobs * STARTUP_S) / self.cores
+
+
+def _history(bench: str) -> dict[str, float]:
+    """Earlier cell times: ``pillar/cell id`` -> seconds (kept by :func:`remember`)."""
+    try:
+        data = json.loads(_history_file(bench).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in data.items() if isinstance(v, int | float)}
+
+
+def _history_file(bench: str) -> Path:
+    return paths.bench_dir(bench) / "logs" / "cell_times.json"
+
+
+def remember(progress: Progress) -> None:
+    """Add this run's cell times to the history the next run's estimate reads."""
+    from sparsebench.suite.record import write_json_atomic
+
+    data = _history(progress.bench)
+    data.update({f"{c.pillar}/{c.cell_id}": c.seconds for c in progress.cells if c.seconds})
+    write_json_atomic(_history_file(progress.bench), dict(sorted(data.items())))
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def metric_text(record: dict[str, Any], metric: dict[str, Any] | None) -> str:
+    """The cell's headline metric, e.g. ``test_acc 0.971``."""
+    if not metric or record.get("status") != "ok":
+        return ""
+    value = record.get(metric["name"])
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return ""
+    unit = metric.get("unit") or ""
+    unit = "" if unit in ("fraction", "count") else f" {unit}"
+    return f"{metric['name']} {value:.4g}{unit}"
+
+
+class Watcher:
+    """Prints one line per finished cell, built artefact and written board."""
+
+    def __init__(self, bench: str, start: float, cores: int, out: TextIO = sys.stdout) -> None:
+        self.bench = bench
+        self.start = start
+        self.cores = cores
+        self.out = out
+        self.progress: Progress | None = None
+        self.plan = paths.bench_dir(bench) / "logs" / "plan.json"
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def poll(self) -> None:
+        if self.progress is None:
+            if not self.plan.is_file() or self.plan.stat().st_mtime < self.start - 1:
+                return  # the run has not started its jobs yet (or plans nothing)
+            try:
+                plan = json.loads(self.plan.read_text())
+            except (OSError, ValueError):
+                return
+            self.progress = Progress.from_plan(self.bench, plan, self.start, self.cores)
+            self._announce()
+        self._artefacts()
+        self._cells()
+        self._boards()
+
+    def _announce(self) -> None:
+        p = self.progress
+        assert p is not None
+        jobs = len({(c.pillar, c.job) for c in p.cells})
+        eta = p.eta(time.time())
+        guess = f", about {clock(eta)} from earlier times" if eta is not None else ""
+        self.say(
+            f"{len(p.cells)} cell(s) to run in {jobs} job(s), {len(p.artefacts)} artefact(s) "
+            f"to build{guess}"
+        )
+
+    def _artefacts(self) -> None:
+        p = self.progress
+        assert p is not None
+        for (pillar, aid), built in p.artefacts.items():
+            info = paths.artefact_build_info(pillar, aid)
+            if not built and info.is_file() and info.stat().st_mtime >= self.start - 1:
+                p.artefacts[(pillar, aid)] = True
+                n = sum(p.artefacts.values())
+                self.say(f"[artefact {n}/{len(p.artefacts)}] {pillar} {aid} built")
+
+    def _cells(self) -> None:
+        p = self.progress
+        assert p is not None
+        from sparsebench.suite.job import IN_FLIGHT
+
+        for c in p.cells:
+            if c.done:
+                continue
+            path = paths.record(self.bench, c.pillar, c.cell_id)
+            try:
+                if path.stat().st_mtime < self.start - 1:
+                    continue
+            except OSError:
+                continue
+            record = read_record(path)
+            if record is None or record.get("error") == IN_FLIGHT:
+                continue
+            c.done = True
+            took = record.get("cell_s")
+            c.seconds = float(took) if isinstance(took, int | float) else None
+            self.say(self.cell_line(c, record))
+
+    def cell_line(self, c: CellState, record: dict[str, Any]) -> str:
+        p = self.progress
+        assert p is not None
+        n = sum(x.done for x in p.cells)
+        total = len(p.cells)
+        now = time.time()
+        status = str(record.get("status", "?"))
+        took = f"{c.seconds:.1f} s" if c.seconds is not None else ""
+        eta = p.eta(now)
+        left = f"ETA {clock(eta)}" if eta is not None and n < total else ""
+        what = metric_text(record, p.metrics.get(c.pillar))
+        if status != "ok":
+            what = str(record.get("error") or "")[:100]
+        label = str(record.get("label") or c.cell_id)
+        parts = [f"[{n}/{total} {100 * n // total}%]", f"{status:<8}", c.pillar, label, what]
+        parts += [took, f"elapsed {clock(now - p.start)}", left]
+        return "  ".join(x for x in parts if x)
+
+    def _boards(self) -> None:
+        p = self.progress
+        assert p is not None
+        for pillar, before in list(p.boards.items()):
+            table = paths.runs_table(self.bench, pillar)
+            if table.is_file() and table.stat().st_mtime > max(before, self.start - 1):
+                del p.boards[pillar]
+                board = paths.pillar_dir(self.bench, pillar) / "leaderboard.md"
+                self.say(f"[board] {pillar}: {board}")
+
+
+# ---------------------------------------------------------------- the end of a run
+
+
+@dataclass
+class Outcome:
+    """What the spec's cells ended with, from the pillars' runs tables."""
+
+    counts: dict[str, int]  # status -> cells
+    problems: list[tuple[str, str, str, str]]  # (pillar, status, label, error)
+    pillars: list[str]
+
+    @property
+    def bad(self) -> int:
+        return sum(n for s, n in self.counts.items() if s != "ok")
+
+
+def outcome(bench: str, pillars: Sequence[str]) -> Outcome:
+    """Counts by status over the runs tables of ``pillars`` (exactly the spec's cells: the
+    board rule aggregates exactly those)."""
+    import polars as pl
+
+    from sparsebench.suite.tables import read_runs
+
+    counts: dict[str, int] = {}
+    problems = []
+    present = []
+    for pillar in pillars:
+        table = paths.runs_table(bench, pillar)
+        if not table.is_file():
+            continue
+        present.append(pillar)
+        runs = read_runs(table)
+        for status, n in runs.group_by("status").len().iter_rows():
+            counts[status] = counts.get(status, 0) + n
+        bad = runs.filter(pl.col("status") != "ok")
+        for row in bad.select("status", "label", "error").iter_rows():
+            problems.append((pillar, *(str(v) if v is not None else "" for v in row)))
+    return Outcome(counts, problems, present)
+
+
+def ending(bench: str, pillars: Sequence[str], top_lines: int = 60) -> tuple[str, Outcome]:
+    """The text a finished run ends with: the summary's top rows, where the boards, claims
+    and report are, and the cells that failed or diverged."""
+    got = outcome(bench, pillars)
+    folder = paths.bench_dir(bench)
+    lines = []
+    summary = paths.summary(bench)
+    if summary.is_file():
+        # the Markdown's code fences are noise on a terminal
+        text = [ln for ln in summary.read_text().rstrip("\n").splitlines() if ln != "```"]
+        lines += text[:top_lines]
+        if len(text) > top_lines:
+            lines.append(f"... ({len(text) - top_lines} more lines in {summary})")
+        lines.append("")
+    for pillar in got.pillars:
+        lines.append(f"board   {pillar}: {paths.pillar_dir(bench, pillar) / 'leaderboard.md'}")
+    if summary.is_file():
+        lines.append(f"summary: {summary}")
+    claims = folder / "claims.md"
+    if claims.is_file():
+        lines.append(f"claims:  {claims}")
+    report = folder / "report.html"
+    if report.is_file():
+        lines.append(f"report:  {report}")
+    total = sum(got.counts.values())
+    states = ", ".join(f"{n} {s}" for s, n in sorted(got.counts.items()))
+    lines.append(f"{total} cell(s): {states or 'none'}; {got.bad} failed / diverged")
+    for pillar, status, label, error in got.problems[:10]:
+        lines.append(f"  [{status}] {pillar} {label}: {error[:200]}")
+    if len(got.problems) > 10:
+        lines.append(f"  ... and {len(got.problems) - 10} more (sparsebench retry-failed)")
+    return "\n".join(lines), got
+
+
+# ---------------------------------------------------------------- the command
+
+
+@dataclass
+class RunOptions:
+    spec: str
+    cores: int = 2
+    report: bool = False
+    strict: bool = False
+    dry_run: bool = False
+    snakemake_args: tuple[str, ...] = ()
+
+
+def _run_snakemake(cmd: list[str], log: Path, on_tick: Callable[[], None]) -> int:
+    """Run ``cmd`` with its output to ``log``, calling ``on_tick`` while it runs."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            while proc.poll() is None:
+                on_tick()
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            proc.terminate()  # Snakemake stops its jobs; the next run redoes theirs
+            proc.wait()
+            raise
+    on_tick()
+    return proc.returncode
+
+
+def _explain_failure(log: Path, out: TextIO) -> None:
+    """The lines of Snakemake's log that say why it stopped."""
+    try:
+        text = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return
+    own = [ln for ln in text if ln.startswith(("sparsebench:", "error:"))]
+    errors = [i for i, ln in enumerate(text) if ln.startswith(("Error in rule", "WorkflowError"))]
+    shown = own or (text[errors[0] : errors[0] + 15] if errors else text[-15:])
+    print("\n".join(shown), file=out)
+
+
+def run(opts: RunOptions, out: TextIO = sys.stdout) -> int:
+    spec = resolve_spec(opts.spec)
+    if opts.dry_run:
+        return dry_run(spec, out)
+    bench = benchmark_name(spec)
+    log = paths.bench_dir(bench) / "logs" / "snakemake.log"
+    start = time.time()
+    print(f"sparsebench: running {spec} on {opts.cores} core(s); Snakemake's log: {log}",
+          file=out, flush=True)  # fmt: skip
+    watcher = Watcher(bench, start, opts.cores, out)
+    cmd = snakemake_command(spec, opts.cores, extra=opts.snakemake_args)
+    code = _run_snakemake(cmd, log, watcher.poll)
+    wall = time.time() - start
+    if watcher.progress is not None:
+        remember(watcher.progress)
+        from sparsebench.suite.record import write_json_atomic
+
+        # the workflow's own wall-clock (no report), for `perf overhead`
+        run_file = paths.bench_dir(bench) / "logs" / "run.json"
+        write_json_atomic(run_file, {"started": start, "wall_s": wall, "cores": opts.cores})
+    elif code == 0:
+        print("nothing to run: every cell's record is up to date", file=out)
+    if code != 0:
+        print(f"sparsebench: the run stopped (Snakemake exit {code}); from {log}:", file=out)
+        _explain_failure(log, out)
+        return code
+    if opts.report:
+        report = paths.bench_dir(bench) / "report.html"
+        print(f"writing the report {report} ...", file=out, flush=True)
+        code = _run_snakemake(
+            snakemake_command(spec, opts.cores, extra=["--report", str(report)]),
+            paths.bench_dir(bench) / "logs" / "report.log",
+            lambda: None,
+        )
+        if code != 0:
+            print(f"sparsebench: the report failed (exit {code})", file=out)
+            _explain_failure(paths.bench_dir(bench) / "logs" / "report.log", out)
+            return code
+    pillars = _plan_pillars(bench) or sorted(paths.pillar_folders(paths.bench_dir(bench)))
+    text, got = ending(bench, pillars)
+    print(f"\n{text}\nfinished in {clock(time.time() - start)}", file=out)
+    return 1 if opts.strict and got.bad else 0
+
+
+def _plan_pillars(bench: str) -> list[str]:
+    try:
+        plan = json.loads((paths.bench_dir(bench) / "logs" / "plan.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return list(plan.get("pillars", {}))
+
+
+def dry_run(spec: Path, out: TextIO = sys.stdout) -> int:
+    """What a run would do, from the suite's own plan: writes nothing."""
+    from sparsebench.suite.pillar import get_pillar
+    from sparsebench.suite.spec import load
+    from sparsebench.suite.workflow import artefact_batches, batches
+
+    loaded = load(spec)
+    bench = loaded.benchmark
+    pillars = {name: get_pillar(name) for name in loaded.pillars}
+    cells = {name: p.cells(loaded) for name, p in pillars.items()}
+    plan = batches(bench, cells, os.cpu_count())
+    arts = artefact_batches({name: p.artefacts(loaded) for name, p in pillars.items()})
+    history = _history(bench)
+    total_s = 0.0
+    known = True
+    print(f"{spec}: benchmark {bench!r} (dry run: nothing is written)", file=out)
+    for name, bs in plan.items():
+        todo = [c for b in bs for c in b.cells]
+        stale = sum(len(b.stale) for b in bs)
+        print(
+            f"  {name}: {len(cells[name])} cell(s), {len(cells[name]) - len(todo)} done, "
+            f"{len(todo)} to run ({stale} changed since their record) in {len(bs)} job(s)",
+            file=out,
+        )
+        for c in todo:
+            est = history.get(f"{name}/{c.id}")
+            known &= est is not None
+            total_s += est or 0.0
+    n_arts = sum(len(b.artefacts) for b in arts)
+    print(f"  artefacts to build: {n_arts} in {len(arts)} job(s)", file=out)
+    if known and total_s:
+        print(f"  earlier runs of these cells took {clock(total_s)} of cell time", file=out)
+    return 0

@@ -1,0 +1,159 @@
+"""`sparsebench run`'s pieces without Snakemake: spec names, the progress lines read from the
+files jobs write, the ETA, and the end of a run."""
+
+import io
+import json
+import os
+import time
+
+import polars as pl
+import pytest
+
+from sparsebench.suite import paths
+from sparsebench.suite.runner import (
+    CellState,
+    Progress,
+    RunError,
+    Watcher,
+    clock,
+    ending,
+    metric_text,
+    resolve_spec,
+)
+from sparsebench.suite.spec import BENCHMARKS_DIR
+
+
+def test_a_spec_is_a_file_or_an_embedded_benchmark_and_a_typo_gets_a_suggestion(tmp_path):
+    own = tmp_path / "mine.yaml"
+    own.write_text("benchmark: x\n")
+    assert resolve_spec(str(own)) == own
+    assert resolve_spec("default") == BENCHMARKS_DIR / "default.yaml"
+    with pytest.raises(RunError, match=r"defualt: no such file .*did you mean 'default'\?"):
+        resolve_spec("defualt")
+    with pytest.raises(RunError, match="a folder, not a spec file"):
+        resolve_spec(str(tmp_path))
+    with pytest.raises(RunError) as e:
+        resolve_spec("zzzzqqqq")
+    assert "did you mean" not in str(e.value) and "default, " in str(e.value)
+
+
+def test_clock():
+    assert clock(0) == "0:00"
+    assert clock(65) == "1:05"
+    assert clock(3723) == "1:02:03"
+
+
+def test_the_headline_metric_of_an_ok_record_only():
+    metric = {"name": "test_acc", "unit": "fraction", "higher": True}
+    assert metric_text({"status": "ok", "test_acc": 0.971234}, metric) == "test_acc 0.9712"
+    assert metric_text({"status": "failed", "test_acc": None}, metric) == ""
+    fvu = {"name": "speedup", "unit": "×", "higher": True}
+    assert metric_text({"status": "ok", "speedup": 9.5}, fvu) == "speedup 9.5 ×"
+    assert metric_text({"status": "ok", "speedup": True}, fvu) == ""
+
+
+def _progress(estimates, start=0.0, cores=2):
+    cells = [CellState("p", f"c{i}", f"job{i}", e) for i, e in enumerate(estimates)]
+    return Progress("b", start, cells, {}, {}, cores)
+
+
+def test_eta_scales_the_elapsed_time_by_the_estimated_work_left():
+    p = _progress([2.0, 2.0, 4.0], start=100.0)
+    p.cells[0].done, p.cells[0].seconds = True, 2.5
+    # 10 s elapsed for 2 s of estimated work done; 6 s of it left: 10 * 6 / 2
+    assert p.eta(110.0) == pytest.approx(30.0)
+
+
+def test_eta_before_any_cell_uses_the_estimates_over_the_cores_plus_start_up():
+    p = _progress([3.0, 5.0], cores=2)
+    # two jobs, each paying STARTUP_S (6 s): (3 + 5 + 2 * 6) / 2
+    assert p.eta(0.0) == pytest.approx(10.0)
+
+
+def test_eta_unknown_until_every_cell_left_has_an_estimate():
+    p = _progress([None, None, 1.0])
+    assert p.eta(5.0) is None
+    p.cells[0].done, p.cells[0].seconds = True, 4.0  # the pillar's mean stands in: 4 s
+    # done: 4 s of estimated work in 5 s; left: 4 (c1 by the mean) + 1 (c2)
+    assert p.eta(5.0) == pytest.approx(5.0 * 5.0 / 4.0)
+
+
+def _record(status="ok", **extra):
+    return {"status": status, "label": "task m s=0.9 seed=0", "cell_s": 1.5, **extra}
+
+
+def test_the_watcher_prints_a_line_per_finished_cell_with_its_metric(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    start = time.time()
+    plan = {
+        "cells": {"toy": [{"name": "j1", "cells": ["a", "b"], "threads": 1, "stale": []}]},
+        "artefacts": [],
+        "pillars": {"toy": {"name": "square", "unit": "", "higher": True}},
+    }
+    plan_file = paths.bench_dir("b") / "logs" / "plan.json"
+    plan_file.parent.mkdir(parents=True)
+    out = io.StringIO()
+    w = Watcher("b", start, 2, out)
+    w.poll()
+    assert out.getvalue() == ""  # no plan yet: nothing to say
+    plan_file.write_text(json.dumps(plan))
+    w.poll()
+    assert "2 cell(s) to run in 1 job(s), 0 artefact(s) to build" in out.getvalue()
+    rec = paths.record("b", "toy", "a")
+    rec.parent.mkdir(parents=True)
+    rec.write_text(json.dumps(_record(square=4.0)))
+    w.poll()
+    w.poll()  # a cell is said once
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[1].startswith("[1/2 50%]  ok")
+    assert "square 4" in lines[1] and "1.5 s" in lines[1]
+    rec_b = paths.record("b", "toy", "b")
+    rec_b.parent.mkdir(parents=True)
+    rec_b.write_text(json.dumps(_record("diverged", error="loss is nan at step 3")))
+    w.poll()
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("[2/2 100%]  diverged") and "loss is nan at step 3" in last
+
+
+def test_the_watcher_ignores_records_older_than_the_run_and_in_flight_ones(tmp_path, monkeypatch):
+    from sparsebench.suite.job import IN_FLIGHT
+
+    monkeypatch.chdir(tmp_path)
+    start = time.time()
+    plan = {"cells": {"toy": [{"name": "j", "cells": ["a"], "threads": 1, "stale": []}]}}
+    plan_file = paths.bench_dir("b") / "logs" / "plan.json"
+    plan_file.parent.mkdir(parents=True)
+    plan_file.write_text(json.dumps(plan))
+    rec = paths.record("b", "toy", "a")
+    rec.parent.mkdir(parents=True)
+    rec.write_text(json.dumps(_record()))
+    os.utime(rec, (start - 100, start - 100))
+    out = io.StringIO()
+    w = Watcher("b", start, 1, out)
+    w.poll()
+    assert "[1/1" not in out.getvalue()
+    rec.write_text(json.dumps(_record("failed", error=IN_FLIGHT)))
+    w.poll()
+    assert "[1/1" not in out.getvalue()
+
+
+def test_the_ending_counts_failed_and_diverged_cells_and_names_the_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table = paths.runs_table("b", "toy")
+    table.parent.mkdir(parents=True)
+    pl.DataFrame(
+        {
+            "status": ["ok", "ok", "failed", "diverged"],
+            "label": ["v1", "v2", "v-1", "v55"],
+            "error": [None, None, "ValueError: negative", "loss is nan"],
+        }
+    ).write_parquet(table)
+    paths.summary("b").write_text("# b: summary\n\n```\n- 2² = 4\n```\n")
+    text, got = ending("b", ["toy"])
+    assert got.counts == {"ok": 2, "failed": 1, "diverged": 1} and got.bad == 2
+    assert "4 cell(s): 1 diverged, 1 failed, 2 ok; 2 failed / diverged" in text
+    assert "[failed] toy v-1: ValueError: negative" in text
+    assert "- 2² = 4" in text and "```" not in text
+    assert "board   toy: results/b/toy/leaderboard.md" in text
+    assert "report:" not in text  # none was made
