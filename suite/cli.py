@@ -70,10 +70,13 @@ def _cmd_cells(args: argparse.Namespace) -> int:
         raise SystemExit("sparsebench cells: give --cell ID (one or more) or --all")
     unknown = [c for c in wanted if c not in cells]
     if unknown:
+        from sparsebench.suite.catalog import did_you_mean
+
         some = ", ".join(list(cells)[:5])
         raise SystemExit(
-            f"no {pillar.name} cell {unknown[0]!r} in {args.spec}; its {len(cells)} cells are "
-            f"e.g. {some} (`sparsebench validate {args.spec}` lists them)"
+            f"no {pillar.name} cell {unknown[0]!r} in {args.spec}"
+            f"{did_you_mean(unknown[0], cells)}; its {len(cells)} cells are e.g. {some} "
+            f"(`sparsebench validate {args.spec}` lists them)"
         )
     missing = sorted({i for c in wanted for i in cells[c].inputs if not Path(i).is_file()})
     if missing:  # no failed records: they would count as done and block the artefacts' rules
@@ -102,10 +105,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
     arts = {a.id: a for a in pillar.artefacts(spec)} if pillar.name in spec.pillars else {}
     unknown = [a for a in args.artefact if a not in arts]
     if unknown:
+        from sparsebench.suite.catalog import did_you_mean
+
         some = ", ".join(list(arts)[:5]) or "none"
         raise SystemExit(
-            f"no {pillar.name} artefact {unknown[0]!r} in {args.spec}; its artefacts are "
-            f"e.g. {some}"
+            f"no {pillar.name} artefact {unknown[0]!r} in {args.spec}"
+            f"{did_you_mean(unknown[0], arts)}; its artefacts are e.g. {some}"
         )
     for i, artefact_id in enumerate(args.artefact, 1):
         print(f"[{i}/{len(args.artefact)}]", end=" ", flush=True)
@@ -183,7 +188,7 @@ def _no_records(bench: Path) -> None:
     raise TableError(
         f"no records found under {bench}{state}: searched <pillar>/runs/**/record.json for "
         f"the pillars {', '.join(all_pillars())}. Run the benchmark first "
-        "(`snakemake --cores N --config spec=SPEC`)."
+        "(`sparsebench run SPEC`)."
     )
 
 
@@ -239,6 +244,14 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     bench = Path(args.bench_dir)
     if not bench.is_dir():
         _no_records(bench)
+    if not paths_of(bench):  # verdicts over no table at all would only say "not run"
+        from sparsebench.suite.schemas import TableError
+
+        raise TableError(
+            f"no runs table under {bench} (<pillar>/runs.parquet) to judge claims on: run the "
+            f"benchmark first (`sparsebench run SPEC`), or `sparsebench aggregate {bench}` if "
+            "it has records"
+        )
     loaded = claims.load_files(files)
     if args.extend_seeds is not None:
         return _extend_seeds(args, bench, loaded)
@@ -302,21 +315,9 @@ def _cmd_pillars(args: argparse.Namespace) -> int:
 
 
 def _cmd_methods(args: argparse.Namespace) -> int:
-    from sparsebench.suite.pillar import all_pillars
+    from sparsebench.suite.pillar import families_of
 
-    families = None
-    if args.pillar:
-        pillars = all_pillars()
-        known = {f for p in pillars.values() for f in p.families}
-        if args.pillar in pillars:
-            families = set(pillars[args.pillar].families)
-        elif args.pillar in known:
-            families = {args.pillar}
-        else:
-            raise SystemExit(
-                f"sparsebench methods: unknown pillar or family {args.pillar!r}; pillars: "
-                f"{', '.join(pillars)}; families: {', '.join(sorted(known))}"
-            )
+    families = set(families_of(args.pillar)) if args.pillar else None
     for info in registry.all_methods().values():
         if families and info.family not in families:
             continue
@@ -363,18 +364,35 @@ def listed(text: str) -> int:
     return count(text, 0, 10**9)
 
 
+def _embedded() -> list[str]:
+    from sparsebench.suite.spec import BENCHMARKS_DIR
+
+    return sorted(p.stem for p in BENCHMARKS_DIR.glob("*.yaml"))
+
+
+BENCH_DIR_HELP = "a benchmark's results folder, results/<bench>"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sparsebench import __version__
 
     p = argparse.ArgumentParser(
         prog="sparsebench",
         description="sparsebench: benchmarks of sparse neural networks, their boards and the "
-        "claims of papers judged against them. A benchmark runs with snakemake "
-        "--cores N --config spec=SPEC; these commands check specs, rebuild boards and judge "
-        "claims from the records.",
+        "claims of papers judged against them. `sparsebench run SPEC` runs a benchmark; the "
+        "other commands check specs, list what is registered, rebuild boards and judge claims "
+        "from the records. `sparsebench COMMAND -h` describes each.",
     )
+    # every subcommand's page opens with a description: its one-line help unless it has more
     p.add_argument("--version", action="version", version=f"sparsebench {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_parser = sub.add_parser
+
+    def described(name: str, **kw: object) -> argparse.ArgumentParser:
+        kw.setdefault("description", f"{str(kw.get('help', '')).capitalize()}.")
+        return add_parser(name, **kw)  # type: ignore[arg-type]
+
+    sub.add_parser = described  # type: ignore[method-assign]
 
     r = sub.add_parser(
         "run",
@@ -387,8 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "spec",
-        help="a spec file, or an embedded benchmark's name (default, dst, pruning, merging, "
-        "sae, hessian, kernels, reproduce)",
+        help=f"a spec file, or an embedded benchmark's name ({', '.join(_embedded())})",
     )
     r.add_argument(
         "--cores",
@@ -459,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
         "id matches a glob (cells that train with Lightning keep metrics.csv beside their "
         "record).",
     )
-    cu.add_argument("bench_dir", help="results/<bench>")
+    cu.add_argument("bench_dir", help=BENCH_DIR_HELP)
     cu.add_argument("--pillar", default="classification", help="default: classification")
     cu.add_argument(
         "--cells",
@@ -471,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     cu.set_defaults(func=_cmd_curves)
 
     bd = sub.add_parser("build", help="build artefacts of a pillar (models that cells read)")
-    bd.add_argument("pillar")
+    bd.add_argument("pillar", help="a registered pillar (`sparsebench pillars`)")
     bd.add_argument(
         "--artefact",
         action="append",
@@ -479,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="artefact id: its folder under results/artefacts/<pillar>/ (e.g. "
         "mlp-025bec1d/seed0/base); repeatable; a wrong id lists the spec's",
     )
-    bd.add_argument("--spec", default=os.environ.get("SPARSEBENCH_SPEC"), help="the spec")
+    bd.add_argument("--spec", default=os.environ.get("SPARSEBENCH_SPEC"), help="the spec (YAML)")
     bd.add_argument("--threads", type=count, default=None, help="torch threads")
     bd.set_defaults(func=_cmd_build)
 
@@ -487,30 +504,30 @@ def build_parser() -> argparse.ArgumentParser:
     pl_.set_defaults(func=_cmd_pillars)
 
     a = sub.add_parser("aggregate", help="validate the records into runs.parquet")
-    a.add_argument("bench_dir")
+    a.add_argument("bench_dir", help=BENCH_DIR_HELP)
     a.add_argument("--pillar", help="only this pillar")
     a.add_argument("--spec", help="only the records of this spec's cells (default: every one)")
     a.set_defaults(func=_cmd_aggregate)
 
     b = sub.add_parser("board", help="write one pillar's board from its runs.parquet")
-    b.add_argument("bench_dir")
-    b.add_argument("--pillar", required=True)
+    b.add_argument("bench_dir", help=BENCH_DIR_HELP)
+    b.add_argument("--pillar", required=True, help="a pillar with a runs.parquet there")
     b.set_defaults(func=_cmd_board)
 
     sm = sub.add_parser("summary", help="write results/<bench>/summary.md from the tables")
-    sm.add_argument("bench_dir")
+    sm.add_argument("bench_dir", help=BENCH_DIR_HELP)
     sm.add_argument("--top", type=count, default=3, help="rows per board")
     sm.set_defaults(func=_cmd_summary)
 
     lb = sub.add_parser("leaderboard", help="rebuild every board and summary.md from records")
-    lb.add_argument("bench_dir")
+    lb.add_argument("bench_dir", help=BENCH_DIR_HELP)
     lb.add_argument("--full", action="store_true", help="re-read every record (not incremental)")
     lb.set_defaults(func=_cmd_leaderboard)
 
     rf = sub.add_parser(
-        "retry-failed", help="delete failed/diverged records so the next snakemake reruns them"
+        "retry-failed", help="delete failed/diverged records so the next run redoes them"
     )
-    rf.add_argument("bench_dir")
+    rf.add_argument("bench_dir", help=BENCH_DIR_HELP)
     rf.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     rf.set_defaults(func=_cmd_retry_failed)
 
@@ -519,14 +536,14 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=_cmd_methods)
 
     v = sub.add_parser("validate", help="validate a spec and list its jobs")
-    v.add_argument("spec")
+    v.add_argument("spec", help="the spec file (YAML)")
     v.add_argument("--show", type=listed, default=10, help="jobs to list")
     v.set_defaults(func=_cmd_validate)
 
     c = sub.add_parser(
         "claims", help="judge papers' claims against a benchmark's records (no job rerun)"
     )
-    c.add_argument("bench_dir", nargs="?", help="results/<bench>")
+    c.add_argument("bench_dir", nargs="?", help=BENCH_DIR_HELP)
     c.add_argument(
         "files",
         nargs="*",

@@ -107,6 +107,7 @@ class CellState:
     estimate: float | None = None  # seconds, from an earlier record of the same cell
     done: bool = False
     seconds: float | None = None
+    finished: float | None = None  # when its record landed (the file's mtime)
 
 
 @dataclass
@@ -120,6 +121,7 @@ class Progress:
     metrics: dict[str, dict[str, Any]]  # pillar -> {name, unit, higher}
     cores: int
     boards: dict[str, float] = field(default_factory=dict)  # pillar -> table mtime at start
+    started_jobs: set[tuple[str, str]] = field(default_factory=set)  # a cell of it started
 
     @classmethod
     def from_plan(cls, bench: str, plan: dict[str, Any], start: float, cores: int) -> Progress:
@@ -138,9 +140,12 @@ class Progress:
         return cls(bench, start, cells, arts, plan.get("pillars", {}), cores, boards)
 
     def eta(self, now: float) -> float | None:
-        """Seconds left: the remaining cells' estimated work over the finished cells' (the
-        estimate of a cell being its earlier time, else its pillar's mean so far), times the
-        time elapsed; before any cell has finished, the estimates over the cores."""
+        """Seconds left, once every cell left has an estimate (its earlier time, else its
+        pillar's mean so far): the work left at the rate work has been done since the first
+        cell started (which counts the cores and the jobs' start-ups as they come), plus a
+        start-up for each job none of whose cells has started, at the cores' parallelism (a
+        job's start-up taken as half the wait for the first cell, which also held the
+        workflow's own parse). Before any cell has finished: the estimates over the cores."""
         finished = [c for c in self.cells if c.done and c.seconds is not None]
         mean: dict[str, float] = {}
         for p in {c.pillar for c in finished}:
@@ -157,12 +162,15 @@ class Progress:
             return 0.0
         if any(e is None for e in left):
             return None
+        idle = {(c.pillar, c.job) for c in self.cells} - self.started_jobs
+        began = [c.finished - c.seconds for c in finished if c.finished is not None]
         done = sum(e for c in self.cells if c.done and (e := est(c)) is not None)
-        elapsed = now - self.start
-        if done > 0 and elapsed > 0:
-            return elapsed * sum(left) / done
-        jobs = len({(c.pillar, c.job) for c in self.cells if not c.done})
-        return (sum(left) + jobs * STARTUP_S) / self.cores
+        if began and done > 0:
+            first = min(began)
+            rate = done / max(now - first, 1e-3)  # work-seconds per second
+            startup = max(first - self.start, 0.0) / 2
+            return sum(left) / rate + len(idle) * startup / self.cores
+        return (sum(left) + len(idle) * STARTUP_S) / self.cores
 
 
 def _history(bench: str) -> dict[str, float]:
@@ -266,14 +274,16 @@ class Watcher:
                 continue
             path = paths.record(self.bench, c.pillar, c.cell_id)
             try:
-                if path.stat().st_mtime < self.start - 1:
-                    continue
+                mtime = path.stat().st_mtime
             except OSError:
                 continue
+            if mtime < self.start - 1:
+                continue
+            p.started_jobs.add((c.pillar, c.job))  # in flight or done: its job has started
             record = read_record(path)
             if record is None or record.get("error") == IN_FLIGHT:
                 continue
-            c.done = True
+            c.done, c.finished = True, mtime
             took = record.get("cell_s")
             c.seconds = float(took) if isinstance(took, int | float) else None
             self.say(self.cell_line(c, record))

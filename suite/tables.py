@@ -155,7 +155,7 @@ def aggregate(
     if not paths_:
         raise TableError(
             f"no {pillar.name} records to aggregate under {root}; run the benchmark first "
-            "(`snakemake --cores N --config spec=SPEC`)"
+            "(`sparsebench run SPEC`)"
         )
     rel = {p.relative_to(root).as_posix(): p for p in paths_}
     cache = cache_path(out_parquet)
@@ -294,7 +294,7 @@ def rebuild(bench_folder: Path, incremental: bool = True) -> dict[str, pl.DataFr
         raise TableError(
             f"no records found under {bench_folder}{state}: searched "
             f"<pillar>/runs/**/record.json for the pillars {', '.join(pillars)}. Run the "
-            "benchmark first (`snakemake --cores N --config spec=SPEC`)."
+            "benchmark first (`sparsebench run SPEC`)."
         )
     out = {}
     for name, records in found.items():

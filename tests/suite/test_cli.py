@@ -56,7 +56,7 @@ def test_retry_failed_forgets_only_failed_records(tmp_path, make_record, capsys)
 def test_leaderboard_on_an_empty_folder_is_a_clear_error(tmp_path, capsys):
     assert main(["leaderboard", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert str(tmp_path) in err and "snakemake" in err
+    assert str(tmp_path) in err and "sparsebench run" in err
 
 
 def test_validate_reports_a_bad_spec_with_exit_2(tmp_path, capsys):
@@ -96,7 +96,7 @@ def test_every_results_command_on_a_missing_or_empty_folder_is_one_clear_error(t
     empty = tmp_path / "empty"
     empty.mkdir()
     commands = [["aggregate"], ["board", "--pillar", "classification"], ["summary"],
-                ["leaderboard"], ["retry-failed"]]  # fmt: skip
+                ["leaderboard"], ["retry-failed"], ["claims"], ["curves"]]  # fmt: skip
     for folder in (tmp_path / "missing", empty):
         for cmd in commands:
             assert main([cmd[0], str(folder), *cmd[1:]]) == 2, cmd
@@ -123,3 +123,22 @@ def test_counts_on_the_command_line_are_checked_by_argparse(capsys, monkeypatch)
     with pytest.raises(SystemExit):
         main(["cells", "toy", "--cell", "x"])
     assert "--parallel-jobs: 'abc' is not a whole number" in capsys.readouterr().err
+
+
+def test_every_subcommand_has_a_description_and_every_argument_help():
+    import argparse
+
+    from sparsebench.suite.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert {"run", "cells", "curves", "claims", "validate"} <= set(sub.choices)
+    for name, page in sub.choices.items():
+        assert page.description and "``" not in page.description, name
+        for action in page._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help, (name, action.dest)
+
+
+def test_methods_of_a_mistyped_pillar_suggest_the_name(capsys):
+    assert main(["methods", "--pillar", "clasification"]) == 2
+    assert "did you mean 'classification'?" in capsys.readouterr().err

@@ -57,11 +57,14 @@ def _progress(estimates, start=0.0, cores=2):
     return Progress("b", start, cells, {}, {}, cores)
 
 
-def test_eta_scales_the_elapsed_time_by_the_estimated_work_left():
-    p = _progress([2.0, 2.0, 4.0], start=100.0)
-    p.cells[0].done, p.cells[0].seconds = True, 2.5
-    # 10 s elapsed for 2 s of estimated work done; 6 s of it left: 10 * 6 / 2
-    assert p.eta(110.0) == pytest.approx(30.0)
+def test_eta_is_the_work_left_at_the_rate_so_far_plus_the_start_ups_still_to_come():
+    p = _progress([2.0, 2.0, 4.0, 1.0], start=100.0)
+    p.cells[0].done, p.cells[0].seconds, p.cells[0].finished = True, 2.5, 112.5
+    p.started_jobs = {("p", "job0"), ("p", "job1")}
+    # the first cell began at 110 (10 s after the start: a job's start-up is taken as 5 s);
+    # 2 s of estimated work done in 110 -> 114, i.e. 0.5 work-s per s; 7 s of work left:
+    # 14 s, plus jobs 2 and 3 not started: 2 * 5 s over 2 cores
+    assert p.eta(114.0) == pytest.approx(14.0 + 5.0)
 
 
 def test_eta_before_any_cell_uses_the_estimates_over_the_cores_plus_start_up():
@@ -71,11 +74,12 @@ def test_eta_before_any_cell_uses_the_estimates_over_the_cores_plus_start_up():
 
 
 def test_eta_unknown_until_every_cell_left_has_an_estimate():
-    p = _progress([None, None, 1.0])
+    p = _progress([None, None, 1.0], start=0.0)
     assert p.eta(5.0) is None
-    p.cells[0].done, p.cells[0].seconds = True, 4.0  # the pillar's mean stands in: 4 s
-    # done: 4 s of estimated work in 5 s; left: 4 (c1 by the mean) + 1 (c2)
-    assert p.eta(5.0) == pytest.approx(5.0 * 5.0 / 4.0)
+    p.cells[0].done, p.cells[0].seconds, p.cells[0].finished = True, 4.0, 4.0
+    p.started_jobs = {("p", "job0"), ("p", "job1"), ("p", "job2")}
+    # began at 0; 4 s of work (c0) in 5 s: 0.8 per s; left: 4 (c1 by the pillar's mean) + 1
+    assert p.eta(5.0) == pytest.approx(5.0 / 0.8)
 
 
 def _record(status="ok", **extra):

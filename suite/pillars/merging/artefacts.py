@@ -154,7 +154,7 @@ def load(artefact_id: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     it when it is missing."""
     return tensorfile.load(
         *files(artefact_id),
-        f"it is made by the Snakemake workflow (snakemake --cores N --config spec=SPEC) or "
+        f"it is made by the workflow (sparsebench run SPEC) or "
         f"`sparsebench build merging --artefact {artefact_id} --spec SPEC`",
         "merging artefact",
     )

@@ -212,7 +212,7 @@ def artefacts(sources: Mapping[str, Source], threads: int) -> list[Artefact]:
 
 def _how(artefact_id: str) -> str:
     return (
-        "it is made by the Snakemake workflow (snakemake --cores N --config spec=SPEC) or "
+        "it is made by the workflow (sparsebench run SPEC) or "
         f"`sparsebench build sae --artefact {artefact_id} --spec SPEC`"
     )
 
