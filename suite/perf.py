@@ -5,6 +5,10 @@
     in a temporary folder and times: a full aggregation, an incremental one with nothing new,
     one after 1 % of the records changed, and every board from ``runs.parquet`` alone.
 
+``python -m sparsebench.suite.perf startup [--cores C]``
+    ``sparsebench run`` on a one-cell spec in a new folder and again with nothing to do, against
+    the cell's own time and a job's start-up (importing torch and Lightning).
+
 ``python -m sparsebench.suite.perf overhead results/<bench> [--wall S --cores C --since T]``
     the ratio of a run's Snakemake wall-clock ``S`` to the core-seconds of its own work (its
     cells, and the artefacts it built: models trained once and cached) divided by the cores
@@ -70,6 +74,58 @@ def tables(source: Path, n: int, keep: bool = False) -> dict[str, float]:
     return out
 
 
+# A spec of one cell whose own work is a fraction of a second: what a run costs beyond its
+# cells (the workflow's parse, one job's start-up, the board, the summary).
+ONE_CELL = """benchmark: one_cell
+data_root: data
+classification:
+  tasks:
+    digits_mlp:
+      dataset: digits
+      model: lenet300_100
+      recipe: {epochs: 1, batch_size: 64, lr: 0.05}
+  methods: {dense: {}}
+  sparsities: [0.9]
+  seeds: [0]
+"""
+
+
+def startup(cores: int = 2, keep: bool = False) -> dict[str, float]:
+    """``sparsebench run`` on :data:`ONE_CELL` in a new folder, then again with nothing to
+    do: the wall-clock of each against the cell's own seconds, and the time to the first
+    job's start (from Snakemake's log). Its reference: ``python -c 'import torch,
+    lightning.pytorch'``, the start-up every job pays."""
+    import subprocess
+
+    tmp = Path(tempfile.mkdtemp(prefix="sparsebench-startup-"))
+    (tmp / "one.yaml").write_text(ONE_CELL)
+    run = [sys.executable, "-m", "sparsebench.suite.cli", "run", "one.yaml", "--cores", str(cores)]
+
+    def timed(cmd: list[str]) -> float:
+        t0 = time.perf_counter()
+        subprocess.run(cmd, cwd=tmp, check=True, capture_output=True)
+        return time.perf_counter() - t0
+
+    imports = timed([sys.executable, "-c", "import torch, lightning.pytorch"])
+    first = timed(run)
+    again = timed(run)
+    record = next((tmp / "results" / "one_cell").rglob("record.json"))
+    cell_s = json.loads(record.read_text())["cell_s"]
+    out = {
+        "one_cell_wall_s": round(first, 2),
+        "cell_s": round(cell_s, 3),
+        "job_startup_s": round(imports, 2),
+        "one_cell_goal_s": round(3 * cell_s + imports, 2),
+        "noop_rerun_s": round(again, 2),
+        "noop_goal_s": 10.0,
+    }
+    if keep:
+        out["folder"] = str(tmp)
+    else:
+        shutil.rmtree(tmp)
+    return out
+
+
 def overhead(bench: Path, wall_s: float, cores: int, since: float = 0.0) -> dict[str, float]:
     """Snakemake wall-clock against the run's own work in core-seconds / cores: every pillar's
     records that started at or after ``since`` (Unix seconds: the run's own cells) and the
@@ -125,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--from", dest="source", required=True, help="a pillar folder with records")
     t.add_argument("--records", type=int, default=100_000)
     t.add_argument("--keep", action="store_true", help="keep the generated folder")
+    st = sub.add_parser("startup", help="a one-cell run and a no-op rerun vs the cell's time")
+    st.add_argument("--cores", type=int, default=2)
+    st.add_argument("--keep", action="store_true", help="keep the run's folder")
     o = sub.add_parser("overhead", help="wall-clock vs the cells' own time")
     o.add_argument("bench_dir")
     o.add_argument(
@@ -138,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "tables":
         result = tables(Path(args.source), args.records, args.keep)
+    elif args.cmd == "startup":
+        result = startup(args.cores, args.keep)
     else:
         wall, cores, since = args.wall, args.cores, args.since
         if wall is None:

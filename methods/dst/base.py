@@ -1,6 +1,11 @@
 """The method contract of the ``dst`` and ``pruning`` families: a Lightning callback that edits
 the module's mask store, and the run context it is handed.
 
+A method class does not import Lightning: spec validation imports every method module to
+check names and parameters, and Lightning (with torchmetrics) costs seconds to import, which
+every Snakemake parse would pay. :func:`as_callback` makes an instance the Lightning callback
+it is written as (its hooks are Lightning's) when a job hands it to a ``Trainer``.
+
 A method is one file in ``methods/dst/`` or ``methods/pruning/``: a :class:`MaskMethod`
 subclass registered with ``@register(name, family="dst")`` (or ``"pruning"``), its ``Params``
 (the paper's defaults) and its docstring (``Source:``, and what is ours). The family hooks
@@ -17,7 +22,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import lightning.pytorch as pl
 import torch
 from torch import nn
 from torch.utils.data import Dataset
@@ -52,7 +56,7 @@ class RunContext:
     train_data: Dataset
 
 
-class MaskMethod(pl.Callback, Method):
+class MaskMethod(Method):
     """Base of DST and pruning methods: a Lightning callback that edits the module's
     :class:`~sparsebench.suite.pillars.classification.masks.MaskStore` (``pl_module.masks``)
     at the hooks it needs.
@@ -132,3 +136,25 @@ class MaskMethod(pl.Callback, Method):
         (name -> ``nn.Linear``/``nn.Conv2d``, in definition order), e.g. a CNN-only method on
         an MLP; the message says what the method needs. Called by spec validation with a
         freshly built model of each task. The default accepts any model."""
+
+
+_AS_CALLBACK: dict[type, type] = {}
+
+
+def as_callback(method: MaskMethod) -> MaskMethod:
+    """``method`` as a Lightning ``Callback``: its class gains ``Callback`` as its last base
+    (a subclass made once per class, with the same name), so its hooks, and their
+    ``super()`` calls, run exactly as in a class written ``(Callback, ...)``. Returns the
+    same object."""
+    import lightning.pytorch as pl
+
+    if isinstance(method, pl.Callback):
+        return method
+    cls = type(method)
+    hooked = _AS_CALLBACK.get(cls)
+    if hooked is None:
+        body = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        body["__doc__"] = cls.__doc__
+        hooked = _AS_CALLBACK[cls] = type(cls.__name__, (cls, pl.Callback), body)
+    method.__class__ = hooked
+    return method

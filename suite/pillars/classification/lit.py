@@ -86,9 +86,11 @@ def run_callbacks(
     """The callbacks of one classification run, in the order that matters: the method first
     (its initial masks), then its ``init`` rule on them, then the FLOPs counter and the
     connectivity probe, which see its masks. Returns (callbacks, the connectivity callback)."""
+    from sparsebench.methods.dst.base import as_callback
+
     connectivity = ConnectivityCallback(input_shape)
     init = InitCallback(getattr(method.params, "init", "default"), ctx.generator)
-    return [method, init, FlopsCallback(ctx.flops), connectivity], connectivity
+    return [as_callback(method), init, FlopsCallback(ctx.flops), connectivity], connectivity
 
 
 def lr_lambda(recipe: dict[str, Any], total_steps: int):

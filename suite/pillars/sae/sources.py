@@ -41,7 +41,6 @@ import torch
 import torch.nn.functional as F
 
 from sparsebench.methods.sae.synthetic import SyntheticConfig, sample, true_dictionary
-from sparsebench.methods.sae.training import input_scale
 from sparsebench.suite import paths, tensorfile
 from sparsebench.suite.pillar import Artefact
 from sparsebench.suite.registry import check_fields
@@ -394,6 +393,10 @@ def load(raw: Mapping[str, Any] | Source, seed: int) -> Activations:
     """The activations a cell on source ``raw`` trains and evaluates on (seed: the synthetic
     draw; model sources are fixed). Raises ValueError on a bad source, FileNotFoundError when
     an artefact is missing."""
+    # here, not at the top: the training module imports Lightning, which a spec check
+    # (this module's schema and config checks) must not pay for
+    from sparsebench.methods.sae.training import input_scale
+
     src = raw if isinstance(raw, Source) else resolve(raw)
     if src.kind == "synthetic":
         d = true_dictionary(src.synthetic, seed)

@@ -6,6 +6,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import sparsebench.methods.dst.cht  # noqa: F401  (registers "cht")
 import sparsebench.methods.dst.cht_channel  # noqa: F401  (registers "cht_channel")
+from sparsebench.methods.dst.base import as_callback
 from sparsebench.methods.dst.cht import ch3_l3_scores
 from sparsebench.methods.dst.cht_channel import (
     CHTChannel,
@@ -57,7 +58,7 @@ def _cnn_fit(method, sparsity, params=None, epochs=4, extra_callbacks=()):
         max_epochs=epochs,
         accelerator="cpu",
         num_sanity_val_steps=0,
-        callbacks=[m, FlopsCallback(ctx.flops), *extra_callbacks],
+        callbacks=[as_callback(m), FlopsCallback(ctx.flops), *extra_callbacks],
     )
     trainer.fit(module, loader)
     return module, m

@@ -7,6 +7,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import sparsebench.methods.dst.topkast  # noqa: F401  (registers "topkast")
+from sparsebench.methods.dst.base import as_callback
 from sparsebench.methods.dst.topkast import TopKAST
 from sparsebench.suite.lightning import quiet_trainer
 from sparsebench.suite.pillars.classification.lit import ClassificationModule, FlopsCallback
@@ -254,7 +255,7 @@ def test_conv2d_model_keeps_exact_density():
         max_epochs=2,
         accelerator="cpu",
         num_sanity_val_steps=0,
-        callbacks=[m, FlopsCallback(ctx.flops), watcher],
+        callbacks=[as_callback(m), FlopsCallback(ctx.flops), watcher],
     )
     trainer.fit(module, loader)
     assert len(watcher.nnz) == 10

@@ -253,7 +253,7 @@ def test_aggregate_refuses_invalid_and_names_file(tmp_path, sweep) -> None:
 def test_no_records_in_folder(tmp_path) -> None:
     (tmp_path / "classification" / "runs").mkdir(parents=True)
     assert layout.find_records(tmp_path / "classification") == []
-    with pytest.raises(TableError, match="snakemake") as info:
+    with pytest.raises(TableError, match="sparsebench run") as info:
         tables.rebuild(tmp_path)
     assert str(tmp_path) in str(info.value)
     assert "<pillar>/runs/**/record.json" in str(info.value)
