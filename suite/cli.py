@@ -435,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         metavar="OPTIONS",
         help="more Snakemake options, quoted as one argument (e.g. --snakemake "
-        "'--profile profiles/slurm')",
+        "'--profile profiles/slurm'; one option alone needs '=': --snakemake=--unlock)",
     )
     r.set_defaults(func=_cmd_run)
 
