@@ -171,5 +171,9 @@ class FrontPage:
             body = self.html()
         except Exception as e:  # noqa: BLE001 - the report still renders, saying why
             body = f"<p>The front page could not be made: {html.escape(repr(e))}</p>"
+        # Snakemake's report centres its home page vertically: a page taller than the window
+        # would lose its top (the outcome) above the fold, so the front page scrolls in a box
+        box = '<div style="max-height: 78vh; overflow-y: auto; padding-right: 1em">'
+        body = f"{box}\n{body}\n</div>"
         pad = " " * self.indent
         return "\n".join(pad + ln if ln.strip() else "" for ln in body.splitlines())

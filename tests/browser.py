@@ -170,6 +170,9 @@ class Browser:
         self.send("Page.enable", session)
         self.send("Page.navigate", session, url=url)
         time.sleep(3)
+        top = "for (const e of [window, ...document.querySelectorAll('*')]) e.scrollTo?.(0, 0)"
+        self.send("Runtime.evaluate", session, expression=top)
+        time.sleep(0.5)
         data = self.send("Page.captureScreenshot", session, format="png")["data"]
         with open(path, "wb") as fh:
             fh.write(base64.b64decode(data))
