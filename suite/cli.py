@@ -224,7 +224,7 @@ def _record_status(path: Path) -> str:
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
-    from sparsebench.suite import claims
+    from sparsebench.suite import claims, paths
 
     if args.check:
         found = {f: claims.load_file(f) for f in args.check}
@@ -244,7 +244,8 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     bench = Path(args.bench_dir)
     if not bench.is_dir():
         _no_records(bench)
-    if not paths_of(bench):  # verdicts over no table at all would only say "not run"
+    if not any(paths.runs_table_in(f).is_file() for f in bench.iterdir() if f.is_dir()):
+        # verdicts over no table at all would only say "not run"
         from sparsebench.suite.schemas import TableError
 
         raise TableError(

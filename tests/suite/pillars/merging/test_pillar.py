@@ -205,7 +205,7 @@ def test_missing_expert_gives_a_failed_record_naming_the_file(tmp_path, monkeypa
     [record] = run_batch(spec, PILLAR, PILLAR.cells(spec), root=tmp_path, progress=lambda m: None)
     assert record["status"] == "failed"
     assert "missing merging artefact" in record["error"] and "base" in record["error"]
-    assert "snakemake" in record["error"]
+    assert "sparsebench run" in record["error"]
 
 
 def test_mismatched_architectures_are_refused_by_name():
