@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -436,7 +435,7 @@ def _explain_failure(log: Path, out: TextIO) -> None:
 def run(opts: RunOptions, out: TextIO = sys.stdout) -> int:
     spec = resolve_spec(opts.spec)
     if opts.dry_run:
-        return dry_run(spec, out)
+        return dry_run(spec, opts.cores, out)
     bench = benchmark_name(spec)
     log = paths.bench_dir(bench) / "logs" / "snakemake.log"
     start = time.time()
@@ -485,7 +484,7 @@ def _plan_pillars(bench: str) -> list[str]:
     return list(plan.get("pillars", {}))
 
 
-def dry_run(spec: Path, out: TextIO = sys.stdout) -> int:
+def dry_run(spec: Path, cores: int, out: TextIO = sys.stdout) -> int:
     """What a run would do, from the suite's own plan: writes nothing."""
     from sparsebench.suite.pillar import get_pillar
     from sparsebench.suite.spec import load
@@ -495,7 +494,7 @@ def dry_run(spec: Path, out: TextIO = sys.stdout) -> int:
     bench = loaded.benchmark
     pillars = {name: get_pillar(name) for name in loaded.pillars}
     cells = {name: p.cells(loaded) for name, p in pillars.items()}
-    plan = batches(bench, cells, os.cpu_count())
+    plan = batches(bench, cells, cores)  # the batches a run on `cores` would make
     arts = artefact_batches({name: p.artefacts(loaded) for name, p in pillars.items()})
     history = _history(bench)
     total_s = 0.0
