@@ -96,6 +96,10 @@ def test_mixed_spec_end_to_end_reruns_nothing_then_only_what_changed(tmp_path):
     assert rec["parallel_jobs"] == 2 and rec["threads"] == 1
     assert rec["cell_id"] == "digits_mlp/rigl/" + rec["setting_id"] + "/s0.9/seed0"
     assert "rigl" in (folder / "leaderboard.md").read_text()
+    # the cell's learning curve beside its record: one epoch of losses and accuracy
+    curve = pl.read_csv(next(folder.glob("runs/**/rigl/**/metrics.csv")))
+    assert {"epoch", "train_loss", "val_loss", "val_acc", "test_acc"} <= set(curve.columns)
+    assert curve["val_acc"].drop_nulls().len() == 1  # epochs: 1
     # hessian
     h = pl.read_parquet(bench / "hessian" / "runs.parquet")
     assert h.height == 10 and set(h["status"]) == {"ok"}
