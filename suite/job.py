@@ -159,11 +159,10 @@ def run_batch(
     import dataclasses
     import signal
 
-    import torch
-
     # Lightning is imported here, untimed: every pillar's job runs in it, and a cell's time is
     # its own work, not the seconds the first cell of a process would pay for the import.
     import lightning.pytorch  # noqa: F401
+    import torch
 
     if threads is not None:
         cells = [dataclasses.replace(c, threads=threads) for c in cells]
