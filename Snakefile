@@ -38,3 +38,4 @@ onsuccess:
 
 onerror:
     confirm_in_flight()
+    print_ending()

@@ -129,9 +129,13 @@ def headline(pillar):
 def print_ending():
     """Where the answer is, and how many cells failed or diverged (Snakemake itself ends
     "100% done" and exit 0 when a cell's record says failed)."""
-    if not workflow.dryrun:
+    if workflow.dryrun:
+        return
+    try:
         text = ending(BENCH, list(PILLARS))[0]
-        print(f"\n{text}", flush=True)
+    except ValueError as e:  # a table the failed run left unreadable: say so, not a traceback
+        text = f"sparsebench: {e}"
+    print(f"\n{text}", flush=True)
 
 
 def confirm_in_flight():
