@@ -146,17 +146,22 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name).strip("_") or "cells"
 
 
-def batches(bench: str, cells: dict[str, list[Cell]], cores: int | None) -> dict[str, list[Batch]]:
+def batches(
+    bench: str, cells: dict[str, list[Cell]], cores: int | None, everything: bool = False
+) -> dict[str, list[Batch]]:
     """The pending cells of every pillar (``cells``: pillar -> its cells) in batches: same
     pillar, batch key and threads, at most ``Pillar.batch_max`` cells, and split further, over
     all pillars together, so that there are at least as many jobs as job slots (cores /
-    threads) when there are that many cells: no core idles for want of a job."""
+    threads) when there are that many cells: no core idles for want of a job.
+
+    ``everything``: every cell, done or not (a report's job graph and statistics show the
+    jobs that made every record; a report runs nothing)."""
     groups: dict[tuple[str, str, int], list[Cell]] = {}
     stale: set[tuple[str, str]] = set()
     for pillar_name, pillar_cells in cells.items():
         for c in pillar_cells:
             state = record_state(paths.record(bench, pillar_name, c.id), c)
-            if state != "done":
+            if state != "done" or everything:
                 groups.setdefault((pillar_name, c.batch, c.threads), []).append(c)
             if state == "stale":
                 stale.add((pillar_name, c.id))

@@ -47,5 +47,7 @@ def test_report_and_claims_page_show_everything_and_load_nothing_from_outside(tm
     for plot in get_pillar("classification").plots:
         assert plot.file in report.html, plot.file
     assert report.html.count("leaderboard.html") >= 2
+    # the cells' own jobs are in the job graph, not only the boards that ran last
+    assert "run_classification_digits_mlp" in report.html and "run_toy" in report.html
     # the claims page: the overview with the verdict as a word, not only a symbol
     assert "Overview" in claims.text and "holds" in claims.text

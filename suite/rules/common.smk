@@ -98,7 +98,9 @@ if workflow.is_main_process:
         sys.exit(f"sparsebench: {_blocked}")
     for _table in drop_broken_tables(BENCH, PILLARS):
         print(f"sparsebench: {_table} was not a readable table; rebuilding it", file=sys.stderr)
-    BATCHES = batches(BENCH, CELLS, CORES)
+    # A report plans every cell's job, done or not, so that its job graph and runtime
+    # statistics show the jobs that made the records (--report runs nothing).
+    BATCHES = batches(BENCH, CELLS, CORES, everything="--report" in sys.argv)
     ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
     write_stale_markers(BENCH, BATCHES)  # inputs of the DAG: a dry run needs them too
 else:
