@@ -201,6 +201,10 @@ def measure(job: KernelJob, progress: Callable[[str], None] | None = None) -> li
 
     errors = _errors_vs_dense_mask(layers, pattern, rows)
     times = {(n, op): [] for n in layers for op in job.ops}
+    # Our own loop rather than torch.utils.benchmark's Timer: a round times every backend
+    # once, in turn, so that the ratios compare backends under the same machine state
+    # (a Timer times one statement in a block of its own; on a shared 2-core machine the
+    # load drifts between blocks), and the records keep each round's time for p10/p90.
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for r in range(job.warmup + job.repeats):
         for name, layer in list(layers.items()):
