@@ -336,9 +336,10 @@ def _cmd_methods(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from sparsebench.suite import paths
+    from sparsebench.suite.runner import resolve_spec
     from sparsebench.suite.spec import load
 
-    spec = load(args.spec)
+    spec = load(resolve_spec(args.spec))
     cells = spec.cells()
     per = ", ".join(f"{p}: {sum(c.pillar == p for c in cells)}" for p in spec.pillars)
     print(f"{args.spec}: valid; benchmark {spec.benchmark!r}, {len(cells)} cells ({per})")
@@ -517,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sm = sub.add_parser("summary", help="write results/<bench>/summary.md from the tables")
     sm.add_argument("bench_dir", help=BENCH_DIR_HELP)
-    sm.add_argument("--top", type=count, default=3, help="rows per board")
+    sm.add_argument("--top", type=count, default=3, help="rows per board (default: 3)")
     sm.set_defaults(func=_cmd_summary)
 
     lb = sub.add_parser("leaderboard", help="rebuild every board and summary.md from records")
@@ -536,9 +537,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--pillar", help="only this pillar's (or method family's) methods")
     m.set_defaults(func=_cmd_methods)
 
-    v = sub.add_parser("validate", help="validate a spec and list its jobs")
-    v.add_argument("spec", help="the spec file (YAML)")
-    v.add_argument("--show", type=listed, default=10, help="jobs to list")
+    v = sub.add_parser("validate", help="validate a spec and list its cells")
+    v.add_argument("spec", help="a spec file, or an embedded benchmark's name")
+    v.add_argument("--show", type=listed, default=10, help="cells to list (default: 10)")
     v.set_defaults(func=_cmd_validate)
 
     c = sub.add_parser(

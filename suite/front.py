@@ -19,6 +19,8 @@ from pathlib import Path
 
 from sparsebench.suite import paths
 
+# The cell outcomes the front page's table counts.
+STATES = ("ok", "failed", "diverged")
 # The config key the report's template reads.
 CONFIG_KEY = "_sparsebench_front_page"
 
@@ -85,6 +87,7 @@ def job_lines(bench: str, pillars: list[str]) -> list[str]:
     jobs this DAG ran)."""
     import polars as pl
 
+    from sparsebench.suite.runner import per_cell
     from sparsebench.suite.tables import read_runs
 
     lines = [
@@ -95,19 +98,19 @@ def job_lines(bench: str, pillars: list[str]) -> list[str]:
         table = paths.runs_table(bench, pillar)
         if not table.is_file():
             continue
-        runs = read_runs(table)
-        count = {s: runs.filter(pl.col("status") == s).height for s in ("ok", "failed", "diverged")}
-        secs = runs.get_column("cell_s").drop_nulls() if "cell_s" in runs.columns else None
+        cells = per_cell(read_runs(table))
+        count = {s: cells.filter(pl.col("status") == s).height for s in STATES}
+        secs = cells.get_column("cell_s").drop_nulls()
         total, mean, most = (
             (f"{secs.sum():.1f} s", f"{secs.mean():.2f} s", f"{secs.max():.2f} s")
-            if secs is not None and len(secs)
+            if len(secs)
             else ("–", "–", "–")
         )
         logs = sorted((paths.pillar_dir(bench, pillar) / "logs").glob("*.log"))
         links = ", ".join(f"[{_esc(p.stem)}]({pillar}/logs/{p.name})" for p in logs[:40])
         more = f" and {len(logs) - 40} more" if len(logs) > 40 else ""
         lines.append(
-            f"| {_esc(pillar)} | {runs.height} | {count['ok']} | {count['failed']} | "
+            f"| {_esc(pillar)} | {cells.height} | {count['ok']} | {count['failed']} | "
             f"{count['diverged']} | {total} | {mean} | {most} | {links or '–'}{more} |"
         )
     return lines

@@ -52,7 +52,7 @@ def resolve_spec(text: str) -> Path:
     hint = f"; did you mean {close[0]!r}?" if close else ""
     what = "a folder, not a spec file" if path.is_dir() else "no such file"
     raise RunError(
-        f"{text}: {what} (looked in {Path.cwd()}){hint} Give a spec file or an embedded "
+        f"{text}: {what} (looked in {Path.cwd()}){hint or '.'} Give a spec file or an embedded "
         f"benchmark: {', '.join(names)}"
     )
 
@@ -140,21 +140,25 @@ class Progress:
 
     def eta(self, now: float) -> float | None:
         """Seconds left, once every cell left has an estimate (its earlier time, else its
-        pillar's mean so far): the work left at the rate work has been done since the first
-        cell started (which counts the cores and the jobs' start-ups as they come), plus a
-        start-up for each job none of whose cells has started, at the cores' parallelism (a
-        job's start-up taken as half the wait for the first cell, which also held the
-        workflow's own parse). Before any cell has finished: the estimates over the cores."""
+        pillar's mean so far, else the mean of every cell finished so far): the work left at
+        the rate work has been done since the first cell started (which counts the cores and
+        the jobs' start-ups as they come), plus a start-up for each job none of whose cells
+        has started, at the cores' parallelism (a job's start-up taken as half the wait for
+        the first cell, which also held the workflow's own parse). Before any cell has
+        finished: the estimates over the cores."""
         finished = [c for c in self.cells if c.done and c.seconds is not None]
         mean: dict[str, float] = {}
         for p in {c.pillar for c in finished}:
             got = [c.seconds for c in finished if c.pillar == p]
             mean[p] = sum(got) / len(got)
 
+        overall = sum(c.seconds for c in finished) / len(finished) if finished else None
+
         def est(c: CellState) -> float | None:
             if c.estimate is not None:
                 return c.estimate
-            return mean.get(c.pillar)
+            # a pillar none of whose cells has finished: the mean of every finished cell
+            return mean.get(c.pillar, overall)
 
         left = [est(c) for c in self.cells if not c.done]
         if not left:
@@ -261,7 +265,10 @@ class Watcher:
             if not built and info.is_file() and info.stat().st_mtime >= self.start - 1:
                 p.artefacts[(pillar, aid)] = True
                 n = sum(p.artefacts.values())
-                self.say(f"[artefact {n}/{len(p.artefacts)}] {pillar} {aid} built")
+                elapsed = clock(time.time() - p.start)
+                self.say(
+                    f"[artefact {n}/{len(p.artefacts)}] {pillar} {aid} built  elapsed {elapsed}"
+                )
 
     def _cells(self) -> None:
         p = self.progress
@@ -329,12 +336,34 @@ class Outcome:
 
     @property
     def bad(self) -> int:
-        return sum(n for s, n in self.counts.items() if s != "ok")
+        return self.counts.get("failed", 0) + self.counts.get("diverged", 0)
+
+
+def per_cell(runs: Any) -> Any:
+    """One row per cell of a runs table (a kernels cell has a row per backend and op; a
+    hessian cell may have several trials' rows): its ``status``, the worst of its rows'
+    (diverged, then failed; skipped only when every row was), and its ``cell_s`` (the same on
+    every row of a cell: the cell's own time, counted once)."""
+    import polars as pl
+
+    status = (
+        pl.when(pl.col("status").is_in(["diverged"]).any())
+        .then(pl.lit("diverged"))
+        .when(pl.col("status").is_in(["failed"]).any())
+        .then(pl.lit("failed"))
+        .when((pl.col("status") == "skipped").all())
+        .then(pl.lit("skipped"))
+        .otherwise(pl.lit("ok"))
+    )
+    cell_s = pl.col("cell_s").first() if "cell_s" in runs.columns else pl.lit(None)
+    return runs.group_by("cell_id", maintain_order=True).agg(
+        status.alias("status"), cell_s.alias("cell_s")
+    )
 
 
 def outcome(bench: str, pillars: Sequence[str]) -> Outcome:
-    """Counts by status over the runs tables of ``pillars`` (exactly the spec's cells: the
-    board rule aggregates exactly those)."""
+    """Cells by status over the runs tables of ``pillars`` (exactly the spec's cells: the
+    board rule aggregates exactly those), and the rows that failed or diverged."""
     import polars as pl
 
     from sparsebench.suite.tables import read_runs
@@ -348,9 +377,9 @@ def outcome(bench: str, pillars: Sequence[str]) -> Outcome:
             continue
         present.append(pillar)
         runs = read_runs(table)
-        for status, n in runs.group_by("status").len().iter_rows():
+        for status, n in per_cell(runs).group_by("status").len().iter_rows():
             counts[status] = counts.get(status, 0) + n
-        bad = runs.filter(pl.col("status") != "ok")
+        bad = runs.filter(pl.col("status").is_in(["failed", "diverged"]))
         for row in bad.select("status", "label", "error").iter_rows():
             problems.append((pillar, *(str(v) if v is not None else "" for v in row)))
     return Outcome(counts, problems, present)

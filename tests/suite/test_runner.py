@@ -76,10 +76,14 @@ def test_eta_before_any_cell_uses_the_estimates_over_the_cores_plus_start_up():
 def test_eta_unknown_until_every_cell_left_has_an_estimate():
     p = _progress([None, None, 1.0], start=0.0)
     assert p.eta(5.0) is None
+    other = CellState("q", "x", "jobq", None)  # another pillar: the mean of all stands in
+    p.cells.append(other)
     p.cells[0].done, p.cells[0].seconds, p.cells[0].finished = True, 4.0, 4.0
     p.started_jobs = {("p", "job0"), ("p", "job1"), ("p", "job2")}
+    p.started_jobs.add(("q", "jobq"))
     # began at 0; 4 s of work (c0) in 5 s: 0.8 per s; left: 4 (c1 by the pillar's mean) + 1
-    assert p.eta(5.0) == pytest.approx(5.0 / 0.8)
+    # + 4 (the other pillar's cell, by the mean of every finished cell)
+    assert p.eta(5.0) == pytest.approx(9.0 / 0.8)
 
 
 def _record(status="ok", **extra):
@@ -148,6 +152,7 @@ def test_the_ending_counts_failed_and_diverged_cells_and_names_the_files(tmp_pat
     table.parent.mkdir(parents=True)
     pl.DataFrame(
         {
+            "cell_id": ["v1", "v2", "v-1", "v55"],
             "status": ["ok", "ok", "failed", "diverged"],
             "label": ["v1", "v2", "v-1", "v55"],
             "error": [None, None, "ValueError: negative", "loss is nan"],
@@ -161,3 +166,19 @@ def test_the_ending_counts_failed_and_diverged_cells_and_names_the_files(tmp_pat
     assert "- 2² = 4" in text and "```" not in text
     assert "board   toy: results/b/toy/leaderboard.md" in text
     assert "report:" not in text  # none was made
+
+
+def test_a_cell_of_several_rows_counts_once_with_its_worst_status():
+    from sparsebench.suite.runner import per_cell
+
+    runs = pl.DataFrame(
+        {
+            "cell_id": ["a", "a", "a", "b", "b", "c", "c"],
+            "status": ["ok", "skipped", "ok", "ok", "failed", "skipped", "skipped"],
+            "cell_s": [4.5, 4.5, 4.5, 2.0, 2.0, 1.0, 1.0],
+        }
+    )
+    got = per_cell(runs)
+    assert got["cell_id"].to_list() == ["a", "b", "c"]
+    assert got["status"].to_list() == ["ok", "failed", "skipped"]
+    assert got["cell_s"].to_list() == [4.5, 2.0, 1.0]  # once per cell, not per row
