@@ -380,7 +380,8 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
     for (source, width), g in best.group_by("activations", "width", maintain_order=True):
         for (_,), t in g.group_by("target_l0", maintain_order=True):
             r = t.row(0, named=True)  # the lowest mean FVU of the first rank group
-            others = f" (tied within noise with {t.height - 1} more)" if t.height > 1 else ""
+            why = "one seed: not told apart from" if r["n_seeds"] < 2 else "tied within noise with"
+            others = f" ({why} {t.height - 1} more)" if t.height > 1 else ""
             lines.append(
                 f"{source:10s} m={width:<5d} L0={r['target_l0']:<3g} "
                 f"{rank_text(r['rank'], r['tied']):>3} {r['sweep']:36s} "
