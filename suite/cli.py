@@ -174,8 +174,10 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     bench = Path(args.bench_dir)
     tables.rebuild(bench, incremental=not args.full)
     summary = paths.summary_in(bench)
-    print(summary.read_text())
-    print(f"boards: {bench}/<pillar>/leaderboard.md (also .csv, .json, plots); {summary}")
+    print("\n".join(ln for ln in summary.read_text().splitlines() if ln != "```"))
+    for folder in paths_of(bench):
+        print(f"board   {folder.name}: {folder / 'leaderboard.md'} (also .csv, .json, plots)")
+    print(f"summary: {summary}")
     return 0
 
 
