@@ -36,7 +36,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from sparsebench.suite.runner import RunOptions, run
 
-    extra = tuple(shlex.split(args.snakemake))
+    try:
+        extra = tuple(shlex.split(args.snakemake))
+    except ValueError as e:
+        raise SystemExit(f"sparsebench run: --snakemake {args.snakemake!r}: {e}") from None
     opts = RunOptions(args.spec, args.cores, args.report, args.strict, args.dry_run, extra)
     return run(opts)
 
@@ -246,12 +249,17 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     bench = Path(args.bench_dir)
     if not bench.is_dir():
         _no_records(bench)
-    if not any(paths.runs_table_in(f).is_file() for f in bench.iterdir() if f.is_dir()):
+    from sparsebench.suite.pillar import all_pillars
+    from sparsebench.suite.workflow import parquet_intact
+
+    pillars = all_pillars()
+    if not any(parquet_intact(paths.runs_table_in(bench / p)) for p in pillars):
         # verdicts over no table at all would only say "not run"
         from sparsebench.suite.schemas import TableError
 
         raise TableError(
-            f"no runs table under {bench} (<pillar>/runs.parquet) to judge claims on: run the "
+            f"no readable runs table under {bench} (<pillar>/runs.parquet for the pillars "
+            f"{', '.join(pillars)}) to judge claims on: run the "
             f"benchmark first (`sparsebench run SPEC`), or `sparsebench aggregate {bench}` if "
             "it has records"
         )
@@ -580,6 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from sparsebench.suite.pillar import PillarError
+    from sparsebench.suite.runner import Interrupted
     from sparsebench.suite.spec import SpecError
 
     try:
@@ -591,6 +600,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # TableError and other input errors: message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Interrupted:
+        print("stopped (SIGTERM): finished records are kept; the same command runs the rest",
+              file=sys.stderr)  # fmt: skip
+        return 143
+    except KeyboardInterrupt:
+        print("interrupted: finished records are kept; the same command runs the rest",
+              file=sys.stderr)  # fmt: skip
+        return 130
     except BrokenPipeError:
         # The reader closed the pipe (`sparsebench validate spec.yaml | head`): not an error;
         # point stdout at /dev/null so the interpreter's final flush does not raise again.

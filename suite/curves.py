@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +57,15 @@ def find_curves(bench_dir: Path, pillar: str, pattern: str = "*") -> list[Curve]
         cell_id = paths.cell_id_of(record, folder)
         csv = record.parent / CURVE_FILE
         if fnmatch.fnmatchcase(cell_id, pattern) and csv.is_file():
-            curves.append(Curve(cell_id, _label(record, cell_id), _per_epoch(pl.read_csv(csv))))
+            try:
+                frame = pl.read_csv(csv)
+                if "epoch" not in frame.columns:
+                    raise ValueError("no epoch column")
+            except (OSError, ValueError, pl.exceptions.PolarsError) as e:
+                # one unreadable curve leaves the others plotted
+                print(f"skipped {csv}: not a learning curve ({e})", file=sys.stderr)
+                continue
+            curves.append(Curve(cell_id, _label(record, cell_id), _per_epoch(frame)))
     if not curves:
         raise CurveError(
             f"no learning curve under {folder} for cells matching {pattern!r}: curves are kept "
@@ -74,6 +83,8 @@ def plot_curves(curves: list[Curve], metric: str, out: Path) -> Path:
 
     from sparsebench.suite.atomic import write_atomic
 
+    if out.is_dir() or out.suffix.lower() != ".png":
+        raise CurveError(f"--out {out}: give the path of a .png file")
     have = [c for c in curves if metric in c.frame.columns]
     if not have:
         known = sorted({col for c in curves for col in c.frame.columns} - {"epoch", "step"})
@@ -83,6 +94,7 @@ def plot_curves(curves: list[Curve], metric: str, out: Path) -> Path:
         f = c.frame.filter(pl.col(metric).is_not_null())
         ax.plot(f["epoch"] + 1, f[metric], marker="o", markersize=3, label=c.label)
     ax.set_xlabel("epoch")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
     if len(have) <= 12:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -66,14 +67,29 @@ def benchmark_name(spec: Path) -> str:
         data = read_yaml(spec, "spec", SpecError)
     except SpecError as e:
         raise RunError(str(e)) from None
+    import re
+
+    from sparsebench.suite.spec import NAME_MAX_LEN, NAME_REGEX
+
     name = data.get("benchmark") if isinstance(data, dict) else None
-    if not isinstance(name, str) or not name:
+    if name is None:
         raise RunError(f"{spec}: benchmark: missing; give the benchmark a name (its folder)")
+    # checked here too: its folder is where this command writes its log, before Snakemake
+    # has read the spec
+    if not isinstance(name, str) or not re.match(NAME_REGEX, name) or len(name) > NAME_MAX_LEN:
+        raise RunError(
+            f"{spec}: benchmark: {str(name)[:80]!r} is not allowed; a name of letters, digits, "
+            f"'_', '.', '-' (not starting with '.' or '-'), at most {NAME_MAX_LEN} characters"
+        )
     return name
 
 
 def snakemake_command(
-    spec: Path, cores: int, dry_run: bool = False, extra: Sequence[str] = ()
+    spec: Path,
+    cores: int,
+    dry_run: bool = False,
+    extra: Sequence[str] = (),
+    report: Path | None = None,
 ) -> list[str]:
     """The Snakemake call ``sparsebench run`` makes (the one a user would type)."""
     if not SNAKEFILE.is_file():
@@ -81,11 +97,39 @@ def snakemake_command(
             f"the workflow's Snakefile is not at {SNAKEFILE}: sparsebench runs from a checkout "
             "(pip install -e .)"
         )
+    for opt in extra:
+        name = opt.split("=", 1)[0]
+        if name in OWN_OPTIONS:
+            raise RunError(
+                f"--snakemake: {name} is set by sparsebench run itself ({OWN_OPTIONS[name]})"
+            )
     cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(Path.cwd())]
-    cmd += ["--cores", str(cores), "--config", f"spec={spec}"]
+    # the absolute path: Snakemake reads a --config value that looks like a number as one
+    cmd += ["--cores", str(cores), "--config", f"spec={spec.resolve()}"]
     if dry_run:
         cmd += ["-n", "--quiet", "rules"]
+    if report is not None:
+        cmd += ["--report", str(report)]
     return cmd + list(extra)
+
+
+# Snakemake options `sparsebench run` sets, and what to use instead.
+OWN_OPTIONS = {
+    "--config": "the spec is its argument",
+    "-C": "the spec is its argument",
+    "--configfile": "the spec is its argument",
+    "--configfiles": "the spec is its argument",
+    "-s": "the suite's Snakefile",
+    "--snakefile": "the suite's Snakefile",
+    "-d": "the current folder; run it from where results/ should be",
+    "--directory": "the current folder; run it from where results/ should be",
+    "-n": "use sparsebench run -n",
+    "--dry-run": "use sparsebench run -n",
+    "--dryrun": "use sparsebench run -n",
+    "--cores": "use --cores",
+    "-c": "use --cores",
+    "--report": "use --report",
+}
 
 
 def clock(seconds: float) -> str:
@@ -182,7 +226,13 @@ def _history(bench: str) -> dict[str, float]:
         data = json.loads(_history_file(bench).read_text())
     except (OSError, ValueError):
         return {}
-    return {k: float(v) for k, v in data.items() if isinstance(v, int | float)}
+    if not isinstance(data, dict):
+        return {}  # not ours (a hand edit, a broken disk): no estimate rather than an error
+    return {
+        k: float(v)
+        for k, v in data.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1e7
+    }
 
 
 def _history_file(bench: str) -> Path:
@@ -306,7 +356,7 @@ class Watcher:
         left = f"ETA {clock(eta)}" if eta is not None and n < total else ""
         what = metric_text(record, p.metrics.get(c.pillar))
         if status != "ok":
-            what = str(record.get("error") or "")[:100]
+            what = " ".join(str(record.get("error") or "").split())[:100]
         label = str(record.get("label") or c.cell_id)
         parts = [f"[{n}/{total} {100 * n // total}%]", f"{status:<8}", c.pillar, label, what]
         parts += [took, f"elapsed {clock(now - p.start)}", left]
@@ -411,9 +461,12 @@ def ending(bench: str, pillars: Sequence[str], top_lines: int = 60) -> tuple[str
         lines.append(f"report:  {report}")
     total = sum(got.counts.values())
     states = ", ".join(f"{n} {s}" for s, n in sorted(got.counts.items()))
-    lines.append(f"{total} cell(s): {states or 'none'}; {got.bad} failed / diverged")
+    if got.pillars:
+        lines.append(f"{total} cell(s): {states}; {got.bad} failed / diverged")
+    else:
+        lines.append("no runs table yet: the run stopped before its boards")
     for pillar, status, label, error in got.problems[:10]:
-        lines.append(f"  [{status}] {pillar} {label}: {error[:200]}")
+        lines.append(f"  [{status}] {pillar} {label}: {' '.join(error.split())[:200]}")
     if len(got.problems) > 10:
         lines.append(f"  ... and {len(got.problems) - 10} more (sparsebench retry-failed)")
     return "\n".join(lines), got
@@ -432,20 +485,50 @@ class RunOptions:
     snakemake_args: tuple[str, ...] = ()
 
 
+class Interrupted(Exception):
+    """The run was stopped (Ctrl-C, SIGTERM): Snakemake and its jobs were stopped too."""
+
+
 def _run_snakemake(cmd: list[str], log: Path, on_tick: Callable[[], None]) -> int:
-    """Run ``cmd`` with its output to ``log``, calling ``on_tick`` while it runs."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
-        try:
-            while proc.poll() is None:
-                on_tick()
-                time.sleep(POLL_S)
-        except KeyboardInterrupt:
-            proc.terminate()  # Snakemake stops its jobs; the next run redoes theirs
-            proc.wait()
-            raise
-    on_tick()
+    """Run ``cmd`` with its output appended to ``log``, calling ``on_tick`` while it runs.
+
+    Snakemake runs in a process group of its own, and whatever ends this function early (Ctrl-C,
+    SIGTERM, a closed pipe, an error in ``on_tick``) stops it as Ctrl-C would: SIGINT to the
+    group, so that the jobs stop too (their cells run again next time) and nothing runs on
+    unattended holding the workflow's lock. The log is appended to, never truncated: a second
+    run started beside a first (which Snakemake's lock refuses) must not erase its log."""
+    import signal
+
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(log, "a")  # noqa: SIM115 - closed below, after the process
+    except OSError as e:
+        raise RunError(f"cannot write the run's log {log}: {e.strerror or e}") from None
+    fh.write(f"\n==== sparsebench run, {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd)}\n")
+    fh.flush()
+
+    def stop(signum, frame):  # SIGTERM ends this command like Ctrl-C
+        raise Interrupted()
+
+    old = signal.signal(signal.SIGTERM, stop)
+    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        while proc.poll() is None:
+            on_tick()
+            time.sleep(POLL_S)
+        on_tick()
+    except BaseException:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        fh.close()
     return proc.returncode
 
 
@@ -482,7 +565,8 @@ def run(opts: RunOptions, out: TextIO = sys.stdout) -> int:
         run_file = paths.bench_dir(bench) / "logs" / "run.json"
         write_json_atomic(run_file, {"started": start, "wall_s": wall, "cores": opts.cores})
     elif code == 0:
-        print("nothing to run: every cell's record is up to date", file=out)
+        said = _nothing_to_do(log)
+        print(said or f"no job ran (Snakemake's output: {log})", file=out)
     if code != 0:
         print(f"sparsebench: the run stopped (Snakemake exit {code}); from {log}:", file=out)
         _explain_failure(log, out)
@@ -491,7 +575,7 @@ def run(opts: RunOptions, out: TextIO = sys.stdout) -> int:
         report = paths.bench_dir(bench) / "report.html"
         print(f"writing the report {report} ...", file=out, flush=True)
         code = _run_snakemake(
-            snakemake_command(spec, opts.cores, extra=["--report", str(report)]),
+            snakemake_command(spec, opts.cores, report=report),
             paths.bench_dir(bench) / "logs" / "report.log",
             lambda: None,
         )
@@ -505,12 +589,26 @@ def run(opts: RunOptions, out: TextIO = sys.stdout) -> int:
     return 1 if opts.strict and got.bad else 0
 
 
+def _nothing_to_do(log: Path) -> str | None:
+    """The message for a run Snakemake found complete (from this run's part of its log)."""
+    try:
+        tail = log.read_text(errors="replace").rsplit("==== sparsebench run", 1)[-1]
+    except OSError:
+        return None
+    return (
+        "nothing to run: every cell's record is up to date"
+        if "Nothing to be done" in tail
+        else None
+    )
+
+
 def _plan_pillars(bench: str) -> list[str]:
     try:
         plan = json.loads((paths.bench_dir(bench) / "logs" / "plan.json").read_text())
     except (OSError, ValueError):
         return []
-    return list(plan.get("pillars", {}))
+    pillars = plan.get("pillars") if isinstance(plan, dict) else None
+    return [p for p in pillars if isinstance(p, str)] if isinstance(pillars, dict) else []
 
 
 def dry_run(spec: Path, cores: int, out: TextIO = sys.stdout) -> int:

@@ -92,3 +92,45 @@ def test_run_says_why_an_invalid_spec_stopped_it(tmp_path):
     got = sparsebench(tmp_path, "run", "toy.yaml", "--cores", "1")
     assert got.returncode != 0
     assert "valeus" in got.stdout and "Traceback" not in got.stdout + got.stderr
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(args)
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_run_snakemake_and_its_jobs_and_the_next_run_resumes(tmp_path):
+    import signal
+    import time
+
+    (tmp_path / "toy.yaml").write_text("benchmark: toys\ntoy: {values: [1, 77]}\n")
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        SPARSEBENCH_PLUGINS="tests.toy_pillar",
+        TOY_SLEEP="300",
+    )
+    cmd = [sys.executable, "-m", "sparsebench.suite.cli", "run", "toy.yaml", "--cores", "2"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    slow = tmp_path / "results" / "toys" / "toy" / "runs" / "v77" / "record.json"
+    deadline = time.monotonic() + 120
+    while not slow.is_file() and time.monotonic() < deadline:  # the slow cell is in flight
+        time.sleep(0.5)
+    assert slow.is_file(), "the slow cell never started"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=90) == 143
+    assert time.monotonic() - t0 < 60  # not the cell's 300 s
+    time.sleep(1)
+    assert _processes_mentioning(str(tmp_path)) == []  # no Snakemake or job left behind
+    assert not slow.exists()  # the interrupted cell has no record: it runs again
+    again = sparsebench(tmp_path, "run", "toy.yaml", "--cores", "2", "--snakemake=--unlock")
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -182,3 +182,61 @@ def test_a_cell_of_several_rows_counts_once_with_its_worst_status():
     assert got["cell_id"].to_list() == ["a", "b", "c"]
     assert got["status"].to_list() == ["ok", "failed", "skipped"]
     assert got["cell_s"].to_list() == [4.5, 2.0, 1.0]  # once per cell, not per row
+
+
+def test_files_of_an_earlier_run_that_are_not_ours_give_no_estimate_not_an_error(
+    tmp_path, monkeypatch
+):
+    from sparsebench.suite.runner import _history, _plan_pillars
+
+    monkeypatch.chdir(tmp_path)
+    logs = paths.bench_dir("b") / "logs"
+    logs.mkdir(parents=True)
+    for text in ("[1, 2]", '{"p/a": NaN, "p/b": Infinity, "p/c": true, "p/d": 2.5}', "{"):
+        (logs / "cell_times.json").write_text(text)
+        (logs / "plan.json").write_text(text)
+        got = _history("b")
+        assert got in ({}, {"p/d": 2.5}), text
+        assert _plan_pillars("b") == []
+
+
+def test_a_benchmark_name_that_is_not_a_folder_name_is_refused_before_anything_is_written(
+    tmp_path, monkeypatch
+):
+    from sparsebench.suite.runner import RunOptions, run
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("/tmp/elsewhere", "../../outside", "a b", "123x" * 30):
+        (tmp_path / "s.yaml").write_text(f"benchmark: {json.dumps(name)}\n")
+        with pytest.raises(RunError, match="benchmark: .* is not allowed"):
+            run(RunOptions("s.yaml"), io.StringIO())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_options_the_run_sets_itself_are_refused_in_snakemake_options(tmp_path):
+    from sparsebench.suite.runner import snakemake_command
+
+    spec = tmp_path / "s.yaml"
+    for opt in ("--config", "--configfile=x.yaml", "-n", "--dry-run", "-d", "--report"):
+        with pytest.raises(RunError, match=f"--snakemake: {opt.split('=')[0]} is set by"):
+            snakemake_command(spec, 2, extra=[opt, "x"])
+    cmd = snakemake_command(spec, 2, extra=["--keep-going"])
+    assert f"spec={spec.resolve()}" in cmd and cmd[-1] == "--keep-going"
+
+
+def test_the_run_log_is_appended_to_never_truncated(tmp_path):
+    import sys
+
+    from sparsebench.suite.runner import _run_snakemake
+
+    log = tmp_path / "logs" / "snakemake.log"
+    for word in ("first", "second"):
+        assert _run_snakemake([sys.executable, "-c", f"print('{word}')"], log, lambda: None) == 0
+    text = log.read_text()
+    assert text.index("first") < text.index("second") and text.count("==== sparsebench run") == 2
+
+
+def test_the_ending_without_any_table_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text, got = ending("b", ["toy"])
+    assert "no runs table yet" in text and got.bad == 0
