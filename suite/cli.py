@@ -68,7 +68,7 @@ def _cmd_cells(args: argparse.Namespace) -> int:
             f"{args.spec} has no {pillar.name} section ({', '.join(pillar.spec_keys)})"
         )
     cells = {c.id: c for c in pillar.cells(spec)}
-    wanted = list(cells) if args.all else args.cell
+    wanted = list(cells) if args.all else list(dict.fromkeys(args.cell))  # each once
     if not wanted:
         raise SystemExit("sparsebench cells: give --cell ID (one or more) or --all")
     unknown = [c for c in wanted if c not in cells]
