@@ -169,7 +169,7 @@ def overhead(bench: Path, wall_s: float, cores: int, since: float = 0.0) -> dict
         "artefacts": artefacts,
         "artefact_core_s": round(artefact_core_s, 1),
         "ideal_wall_s": round(ideal, 1),
-        "wall_s": wall_s,
+        "wall_s": round(wall_s, 1),
         "ratio": round(wall_s / ideal, 3) if ideal else float("nan"),
     }
 
