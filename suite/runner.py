@@ -13,9 +13,9 @@ Nothing here imports torch or Lightning: the jobs do.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -48,9 +48,10 @@ def resolve_spec(text: str) -> Path:
     embedded = BENCHMARKS_DIR / f"{text}.yaml"
     if "/" not in text and embedded.is_file():
         return embedded
+    from sparsebench.suite.catalog import did_you_mean
+
     names = sorted(p.stem for p in BENCHMARKS_DIR.glob("*.yaml"))
-    close = difflib.get_close_matches(text, names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(text, names)
     what = "a folder, not a spec file" if path.is_dir() else "no such file"
     raise RunError(
         f"{text}: {what} (looked in {Path.cwd()}){hint or '.'} Give a spec file or an embedded "
@@ -61,15 +62,12 @@ def resolve_spec(text: str) -> Path:
 def benchmark_name(spec: Path) -> str:
     """The spec's ``benchmark`` name, read without validating the spec (Snakemake's parse
     validates it and says what is wrong)."""
-    from sparsebench.suite.spec import SpecError, read_yaml
+    from sparsebench.suite.spec import NAME_MAX_LEN, NAME_REGEX, SpecError, read_yaml
 
     try:
         data = read_yaml(spec, "spec", SpecError)
     except SpecError as e:
         raise RunError(str(e)) from None
-    import re
-
-    from sparsebench.suite.spec import NAME_MAX_LEN, NAME_REGEX
 
     name = data.get("benchmark") if isinstance(data, dict) else None
     if name is None:
@@ -85,11 +83,7 @@ def benchmark_name(spec: Path) -> str:
 
 
 def snakemake_command(
-    spec: Path,
-    cores: int,
-    dry_run: bool = False,
-    extra: Sequence[str] = (),
-    report: Path | None = None,
+    spec: Path, cores: int, extra: Sequence[str] = (), report: Path | None = None
 ) -> list[str]:
     """The Snakemake call ``sparsebench run`` makes (the one a user would type)."""
     if not SNAKEFILE.is_file():
@@ -106,8 +100,6 @@ def snakemake_command(
     cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(Path.cwd())]
     # the absolute path: Snakemake reads a --config value that looks like a number as one
     cmd += ["--cores", str(cores), "--config", f"spec={spec.resolve()}"]
-    if dry_run:
-        cmd += ["-n", "--quiet", "rules"]
     if report is not None:
         cmd += ["--report", str(report)]
     return cmd + list(extra)
