@@ -243,7 +243,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     if not files and args.spec:
         from sparsebench.suite.spec import load
 
-        files = load(args.spec).data.get("claims", [])
+        files = load(args.spec).claim_files()
     if not files:
         files = sorted(map(str, claims.BUILTIN.glob("*.yaml")))
     bench = Path(args.bench_dir)

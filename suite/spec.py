@@ -354,6 +354,22 @@ class Spec:
         blob = json.dumps(self.data, sort_keys=True).encode()
         return hashlib.sha1(blob).hexdigest()[:12]
 
+    def claim_files(self) -> list[str]:
+        """The spec's claim files. A relative path is read from the current folder, else from
+        the spec's folder, else, for a spec embedded in the package, from the checkout (so
+        that `sparsebench run reproduce` works from any folder)."""
+        bases = [Path(self.source).parent]
+        if Path(self.source).resolve().parent == BENCHMARKS_DIR.resolve():
+            bases.append(BENCHMARKS_DIR.parents[1])
+        out = []
+        for f in self.data.get("claims", []):
+            path = Path(f)
+            if not path.is_absolute() and not path.exists():
+                found = [b / path for b in bases if (b / path).is_file()]
+                path = found[0] if found else path
+            out.append(str(path))
+        return out
+
     def cells(self, pillar: str | None = None) -> list:
         """Every cell of ``pillar`` (default: of every pillar of the spec), stable order."""
         from sparsebench.suite.pillar import get_pillar
@@ -498,7 +514,7 @@ def _refuse_moved_keys(data: dict[str, Any], source: str) -> None:
 def _check_claims(spec: Spec) -> None:
     """The spec's claim files load (``claims.ClaimError`` as a SpecError naming the spec key)
     and address only pillars that the spec runs."""
-    files = spec.data.get("claims", [])
+    files = spec.claim_files()
     if not files:
         return
     from sparsebench.suite.claims import ClaimError, load_files

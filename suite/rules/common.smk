@@ -190,7 +190,7 @@ RUNS_TABLES = [str(paths.runs_table(BENCH, name)) for name in PILLARS]
 SUMMARY = str(paths.summary(BENCH))
 # The spec's claim files (judged by the rule claims at the end) and what that rule writes
 # (claims.html flagged for --report).
-CLAIM_FILES = list(SPEC.data.get("claims", []))
+CLAIM_FILES = SPEC.claim_files()
 CLAIMS_OUT = (
     [str(paths.bench_dir(BENCH) / f"claims.{ext}") for ext in ("md", "json", "tex", "html")]
     if CLAIM_FILES

@@ -189,3 +189,31 @@ def test_the_old_top_level_shape_is_refused_with_the_new_one(tmp_path):
     assert "belong to the `classification:` section" in msg
     shown = yaml.safe_load(msg.split("move them under it:\n", 1)[1])
     assert shown == {"classification": SECTION}  # the new shape, ready to paste
+
+
+def test_claim_files_are_found_beside_the_spec_and_for_embedded_specs_in_the_checkout(
+    tmp_path, monkeypatch
+):
+    from sparsebench.suite.spec import BENCHMARKS_DIR, load
+
+    monkeypatch.chdir(tmp_path)  # not the checkout: claims/... is not here
+    spec = load(BENCHMARKS_DIR / "reproduce.yaml")
+    files = spec.claim_files()
+    assert files and all(Path(f).is_file() for f in files)
+    assert all(Path(f).parent == BENCHMARKS_DIR.parents[1] / "claims" for f in files)
+    # a user's spec: a relative claim file beside it is found from another folder
+    own = tmp_path / "specs"
+    own.mkdir()
+    (own / "mine.yaml").write_text(
+        "paper: {key: p, authors: A, year: 2026, title: T}\ndefaults: {pillar: classification, "
+        "metric: test_acc}\nclaims:\n  - id: x\n    statement: s\n    source: {where: w, setting: "
+        "s}\n    why: w\n    test: {kind: order, a: {method: static}, b: {method: dense}, "
+        "op: '>'}\n"
+    )
+    (own / "s.yaml").write_text(
+        "benchmark: b\nclaims: [mine.yaml]\nclassification:\n  tasks:\n    t: {dataset: digits, "
+        "model: lenet300_100, recipe: {epochs: 1, batch_size: 64, lr: 0.05}}\n"
+        "  methods: {dense: {}, static: {}}\n"
+        "  sparsities: [0.9]\n  seeds: [0]\n"
+    )
+    assert load(own / "s.yaml").claim_files() == [str(own / "mine.yaml")]
