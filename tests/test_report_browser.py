@@ -36,6 +36,9 @@ def test_report_and_claims_page_show_everything_and_load_nothing_from_outside(tm
     with Browser() as browser:
         report = browser.open((bench / "report.html").as_uri())
         claims = browser.open((bench / "claims.html").as_uri())
+        # the check can fail: a page that loads an outside image is caught
+        control = "data:text/html,<img src='http://example.invalid/x.png'>"
+        assert outside(browser.open(control, settle=1).requests) == ["http://example.invalid/x.png"]
     for page in (report, claims):
         assert page.requests, "the page was not loaded"
         assert outside(page.requests) == []
