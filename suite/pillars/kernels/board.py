@@ -210,14 +210,35 @@ def break_even(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFr
 
 
 def summary(runs: pl.DataFrame, top: int = 3) -> str:
-    """Lines for the terminal: the verdict of every claim about this pillar, with its numbers
-    (the claims engine's reason)."""
+    """Lines for the terminal: per layer, sparsity and op, the fastest backend's speed-up over
+    dense (medians over trials); then the decided claims about this pillar with their numbers
+    (the claims engine's reason) and how many are undecided (the board lists them)."""
     from sparsebench.suite.claims import judge_pillar
 
-    return "\n".join(
-        f"  {v.verdict}: {v.claim.id}: {v.reason}"
-        for v in judge_pillar("kernels", with_pattern(runs))
+    keys = ["out_features", "in_features", "batch", "sparsity", "op"]
+    ok = over_trials(runs).filter(
+        (pl.col("backend") != "dense") & pl.col("speedup_vs_dense").is_not_null()
     )
+    best = (
+        ok.sort("speedup_vs_dense", descending=True)
+        .group_by(keys, maintain_order=True)
+        .first()
+        .sort(keys)
+    )
+    lines = [
+        f"  {r['out_features']}x{r['in_features']} batch {r['batch']} sparsity "
+        f"{r['sparsity']:.0%} {r['op']}: {r['backend']} {r['speedup_vs_dense']:.2f}x dense "
+        f"({r['trials']} trial(s))"
+        for r in best.iter_rows(named=True)
+    ]
+    verdicts = judge_pillar("kernels", with_pattern(runs))
+    lines += [
+        f"  {v.verdict}: {v.claim.id}: {v.reason}" for v in verdicts if v.verdict != "inconclusive"
+    ]
+    undecided = sum(v.verdict == "inconclusive" for v in verdicts)
+    if undecided:
+        lines.append(f"  {undecided} claim(s) undecided here (the board's claims table says why)")
+    return "\n".join(lines)
 
 
 def pattern_comparison(runs: pl.DataFrame) -> pl.DataFrame:
