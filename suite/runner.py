@@ -249,14 +249,17 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 
 def metric_text(record: dict[str, Any], metric: dict[str, Any] | None) -> str:
-    """The cell's headline metric, e.g. ``test_acc 0.971``."""
+    """The cell's headline metric as the boards show it: a share of a whole in percent
+    (``test_acc 97.12 %``), anything else to 4 significant digits with its unit."""
     if not metric or record.get("status") != "ok":
         return ""
     value = record.get(metric["name"])
     if not isinstance(value, int | float) or isinstance(value, bool):
         return ""
     unit = metric.get("unit") or ""
-    unit = "" if unit in ("fraction", "count") else f" {unit}"
+    if unit == "fraction":
+        return f"{metric['name']} {100 * value:.2f} %"
+    unit = "" if unit == "count" else f" {unit}"
     return f"{metric['name']} {value:.4g}{unit}"
 
 
@@ -343,7 +346,7 @@ class Watcher:
         total = len(p.cells)
         now = time.time()
         status = str(record.get("status", "?"))
-        took = f"{c.seconds:.1f} s" if c.seconds is not None else ""
+        took = f"cell {c.seconds:.1f} s" if c.seconds is not None else ""
         eta = p.eta(now)
         left = f"ETA {clock(eta)}" if eta is not None and n < total else ""
         what = metric_text(record, p.metrics.get(c.pillar))

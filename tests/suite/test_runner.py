@@ -45,7 +45,8 @@ def test_clock():
 
 def test_the_headline_metric_of_an_ok_record_only():
     metric = {"name": "test_acc", "unit": "fraction", "higher": True}
-    assert metric_text({"status": "ok", "test_acc": 0.971234}, metric) == "test_acc 0.9712"
+    assert metric_text({"status": "ok", "test_acc": 0.971234}, metric) == "test_acc 97.12 %"
+    assert metric_text({"status": "ok", "test_acc": 0.8}, metric) == "test_acc 80.00 %"
     assert metric_text({"status": "failed", "test_acc": None}, metric) == ""
     fvu = {"name": "speedup", "unit": "×", "higher": True}
     assert metric_text({"status": "ok", "speedup": 9.5}, fvu) == "speedup 9.5 ×"
@@ -115,7 +116,7 @@ def test_the_watcher_prints_a_line_per_finished_cell_with_its_metric(tmp_path, m
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
     assert lines[1].startswith("[1/2 50%]  ok")
-    assert "square 4" in lines[1] and "1.5 s" in lines[1]
+    assert "square 4" in lines[1] and "cell 1.5 s" in lines[1]
     rec_b = paths.record("b", "toy", "b")
     rec_b.parent.mkdir(parents=True)
     rec_b.write_text(json.dumps(_record("diverged", error="loss is nan at step 3")))
