@@ -48,7 +48,7 @@ def _cmd_curves(args: argparse.Namespace) -> int:
     from sparsebench.suite.curves import find_curves, plot_curves
 
     curves = find_curves(Path(args.bench_dir), args.pillar, args.cells)
-    out = Path(args.out or Path(args.bench_dir) / args.pillar / "curves.png")
+    out = Path(args.out or Path(args.bench_dir) / (args.pillar or "") / "curves.png")
     plot_curves(curves, args.metric, out)
     print(f"{out}: {args.metric} of {len(curves)} cell(s)")
     return 0
@@ -489,14 +489,16 @@ def build_parser() -> argparse.ArgumentParser:
         "record).",
     )
     cu.add_argument("bench_dir", help=BENCH_DIR_HELP)
-    cu.add_argument("--pillar", default="classification", help="default: classification")
+    cu.add_argument("--pillar", help="only this pillar's cells (default: every pillar's)")
     cu.add_argument(
         "--cells",
         default="*",
-        help="glob over cell ids, e.g. 'mnist5k_lenet300/rigl/*/s0.9/*' (default: every cell)",
+        help="glob over cell ids, e.g. '<task>/<method>/*' (default: every cell)",
     )
     cu.add_argument("--metric", default="val_acc", help="a logged column (default: val_acc)")
-    cu.add_argument("--out", help="the PNG (default: results/<bench>/<pillar>/curves.png)")
+    cu.add_argument(
+        "--out", help="the PNG (default: curves.png in the pillar's folder, or the results folder)"
+    )
     cu.set_defaults(func=_cmd_curves)
 
     bd = sub.add_parser("build", help="build artefacts of a pillar (models that cells read)")

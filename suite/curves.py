@@ -47,28 +47,37 @@ def _per_epoch(raw: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def find_curves(bench_dir: Path, pillar: str, pattern: str = "*") -> list[Curve]:
-    """The curves of ``pillar``'s cells whose id matches the glob ``pattern``."""
-    folder = Path(bench_dir) / pillar
-    if not folder.is_dir():
-        raise CurveError(f"{folder}: no such folder (is {pillar!r} a pillar of this benchmark?)")
+def find_curves(bench_dir: Path, pillar: str | None = None, pattern: str = "*") -> list[Curve]:
+    """The curves of the cells whose id matches the glob ``pattern``, of ``pillar`` (None:
+    of every pillar folder of the results folder)."""
+    bench_dir = Path(bench_dir)
+    if pillar is None:
+        folders = list(paths.pillar_folders(bench_dir).values())
+    else:
+        folders = [bench_dir / pillar]
+        if not folders[0].is_dir():
+            raise CurveError(
+                f"{folders[0]}: no such folder (is {pillar!r} a pillar of this benchmark?)"
+            )
     curves = []
-    for record in paths.find_records(folder):
-        cell_id = paths.cell_id_of(record, folder)
-        csv = record.parent / CURVE_FILE
-        if fnmatch.fnmatchcase(cell_id, pattern) and csv.is_file():
-            try:
-                frame = pl.read_csv(csv)
-                if "epoch" not in frame.columns:
-                    raise ValueError("no epoch column")
-            except (OSError, ValueError, pl.exceptions.PolarsError) as e:
-                # one unreadable curve leaves the others plotted
-                print(f"skipped {csv}: not a learning curve ({e})", file=sys.stderr)
-                continue
-            curves.append(Curve(cell_id, _label(record, cell_id), _per_epoch(frame)))
+    for folder in folders:
+        for record in paths.find_records(folder):
+            cell_id = paths.cell_id_of(record, folder)
+            csv = record.parent / CURVE_FILE
+            if fnmatch.fnmatchcase(cell_id, pattern) and csv.is_file():
+                try:
+                    frame = pl.read_csv(csv)
+                    if "epoch" not in frame.columns:
+                        raise ValueError("no epoch column")
+                except (OSError, ValueError, pl.exceptions.PolarsError) as e:
+                    # one unreadable curve leaves the others plotted
+                    print(f"skipped {csv}: not a learning curve ({e})", file=sys.stderr)
+                    continue
+                curves.append(Curve(cell_id, _label(record, cell_id), _per_epoch(frame)))
     if not curves:
+        where = folders[0] if pillar else bench_dir
         raise CurveError(
-            f"no learning curve under {folder} for cells matching {pattern!r}: curves are kept "
+            f"no learning curve under {where} for cells matching {pattern!r}: curves are kept "
             f"by cells that train with Lightning ({CURVE_FILE} beside their record.json)"
         )
     return curves

@@ -74,31 +74,17 @@ def tables(source: Path, n: int, keep: bool = False) -> dict[str, float]:
     return out
 
 
-# A spec of one cell whose own work is a fraction of a second: what a run costs beyond its
-# cells (the workflow's parse, one job's start-up, the board, the summary).
-ONE_CELL = """benchmark: one_cell
-data_root: data
-classification:
-  tasks:
-    digits_mlp:
-      dataset: digits
-      model: lenet300_100
-      recipe: {epochs: 1, batch_size: 64, lr: 0.05}
-  methods: {dense: {}}
-  sparsities: [0.9]
-  seeds: [0]
-"""
-
-
 def startup(cores: int = 2, keep: bool = False) -> dict[str, float]:
-    """``sparsebench run`` on :data:`ONE_CELL` in a new folder, then again with nothing to
-    do: the wall-clock of each against the cell's own seconds, and the time to the first
-    job's start (from Snakemake's log). Its reference: ``python -c 'import torch,
-    lightning.pytorch'``, the start-up every job pays."""
+    """``sparsebench run`` on the embedded one-cell benchmark (suite/benchmarks/one_cell.yaml)
+    in a new folder, then again with nothing to do: the wall-clock of each against the cell's
+    own seconds. Its reference: ``python -c 'import torch, lightning.pytorch'``, the start-up
+    every job pays."""
     import subprocess
 
     tmp = Path(tempfile.mkdtemp(prefix="sparsebench-startup-"))
-    (tmp / "one.yaml").write_text(ONE_CELL)
+    from sparsebench.suite.spec import BENCHMARKS_DIR
+
+    shutil.copy(BENCHMARKS_DIR / "one_cell.yaml", tmp / "one.yaml")
     run = [sys.executable, "-m", "sparsebench.suite.cli", "run", "one.yaml", "--cores", str(cores)]
 
     def timed(cmd: list[str]) -> float:

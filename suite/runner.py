@@ -385,8 +385,8 @@ class Outcome:
 
 
 def per_cell(runs: Any) -> Any:
-    """One row per cell of a runs table (a kernels cell has a row per backend and op; a
-    hessian cell may have several trials' rows): its ``status``, the worst of its rows'
+    """One row per cell of a runs table (a cell may have several rows: one per backend and
+    op of a timing pillar, one per trial): its ``status``, the worst of its rows'
     (diverged, then failed; skipped only when every row was), and its ``cell_s`` (the same on
     every row of a cell: the cell's own time, counted once)."""
     import polars as pl

@@ -39,6 +39,7 @@ def test_curves_merge_an_epochs_rows_and_follow_the_glob(tmp_path):
     assert frame["train_loss"].to_list() == [2.0, 1.5, None]
     assert frame["test_acc"].to_list() == [None, None, 0.7]
     assert len(find_curves(bench, "classification")) == 2
+    assert len(find_curves(bench)) == 2  # every pillar folder when none is named
     out = plot_curves(find_curves(bench, "classification"), "val_acc", tmp_path / "c.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
