@@ -424,6 +424,13 @@ def load_plugins() -> None:
             ) from None
 
 
+def builtin_pillars() -> list[Pillar]:
+    """The built-in pillars alone (no entry point, no plug-in), registered."""
+    for ref in _builtin().values():
+        register_pillar(_resolve(ref))
+    return [_PILLARS[name] for name in _builtin()]
+
+
 def _builtin() -> dict[str, str]:
     """The built-in pillars' list, kept in the pillars package, not here."""
     return importlib.import_module("sparsebench.suite.pillars").BUILTIN

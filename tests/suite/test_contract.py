@@ -166,3 +166,19 @@ def test_setting_ids_and_cell_ids_are_pinned():
     assert ids["hessian"][0] == "alkane/pair/dense/n10"
     assert ids["kernels"] == ["4096x4096/s0.95/b64", "4096x4096/s0.99/b64"]
     assert len(ids["classification"]) == 66 and len(ids["hessian"]) == 16
+
+
+def test_builtin_pillars_import_without_polars_pandera_or_torch():
+    """A pillar's package imports none of them (its table.py and board.py do): the spec
+    checks and the warm job server (suite/warm.py, which must not fork polars) import every
+    pillar."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from sparsebench.suite.pillar import builtin_pillars; builtin_pillars();"
+        "print(sorted(m for m in ('polars', 'pandera', 'torch', 'lightning') if m in sys.modules))"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == "[]"

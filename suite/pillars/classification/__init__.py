@@ -24,7 +24,7 @@ from sparsebench.suite.catalog import did_you_mean
 from sparsebench.suite.pillar import Cell, Metric, Pillar, Plot, register_pillar
 from sparsebench.suite.spec import Spec, SpecError, expand_grid
 
-from .table import COLUMNS, IDENT
+from .columns import COLUMNS, IDENT
 
 FAMILIES = ("dst", "pruning")
 KEY = "classification"

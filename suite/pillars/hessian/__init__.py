@@ -25,7 +25,7 @@ from sparsebench.suite import registry
 from sparsebench.suite.pillar import Cell, Metric, Pillar, Plot, register_pillar, with_trial
 from sparsebench.suite.spec import Spec, SpecError
 
-from .table import HESSIAN_COLUMNS
+from .columns import HESSIAN_COLUMNS
 
 FAMILY = ("hessian",)
 

@@ -41,9 +41,9 @@ from sparsebench.suite.pillar import (
 )
 from sparsebench.suite.spec import Spec, SpecError
 
+from .columns import KERNEL_COLUMNS
 from .patterns import DEFAULT as DEFAULT_PATTERN
 from .patterns import PATTERNS
-from .table import KERNEL_COLUMNS
 
 FAMILY = ("kernels",)
 BASELINE = "dense_mask"  # always measured, so not listed among the section's backends

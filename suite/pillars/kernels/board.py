@@ -31,8 +31,8 @@ from sparsebench.suite.boards import (
     write_board_files,
 )
 
+from .columns import OPS
 from .patterns import DEFAULT as DEFAULT_PATTERN
-from .table import OPS
 
 BOARD_COLUMNS = [
     "out_features",

@@ -35,9 +35,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from .columns import OPS
 from .patterns import DEFAULT as DEFAULT_PATTERN
 from .patterns import PATTERNS
-from .table import OPS
 
 BASELINES = ("dense", "dense_mask")  # always measured: the references of every ratio
 DTYPES = {

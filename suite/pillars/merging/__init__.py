@@ -24,7 +24,7 @@ from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, Plot, regis
 from sparsebench.suite.spec import Spec, SpecError, section_settings
 
 from . import artefacts as arts
-from .table import COLUMNS
+from .columns import COLUMNS
 
 FAMILY = ("merging",)
 EXPERTS_PER_JOB = 4

@@ -17,7 +17,7 @@ from sparsebench.suite import registry
 from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, Plot, register_pillar
 from sparsebench.suite.spec import Spec, SpecError, section_settings
 
-from .table import COLUMNS
+from .columns import COLUMNS
 
 FAMILY = ("sae",)
 
