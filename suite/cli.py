@@ -40,7 +40,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         extra = tuple(shlex.split(args.snakemake))
     except ValueError as e:
         raise SystemExit(f"sparsebench run: --snakemake {args.snakemake!r}: {e}") from None
-    opts = RunOptions(args.spec, args.cores, args.report, args.strict, args.dry_run, extra)
+    opts = RunOptions(
+        args.spec, args.cores, args.report, args.strict, args.dry_run, extra, not args.no_warm
+    )
     return run(opts)
 
 
@@ -143,6 +145,9 @@ def _cmd_aggregate(args: argparse.Namespace) -> int:
         table = paths.runs_table_in(folder)
         runs = tables.aggregate(name, records, table)
         print(f"wrote {table} ({runs.height} rows from {len(records)} records)")
+        if args.board:
+            files = tables.write_board(name, table)
+            print("\n".join(str(f) for f in files.values()))
     return 0
 
 
@@ -449,6 +454,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="more Snakemake options, quoted as one argument (e.g. --snakemake "
         "'--profile profiles/slurm'; one option alone needs '=': --snakemake=--unlock)",
     )
+    r.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="each job imports torch and Lightning itself (as under plain snakemake) instead "
+        "of forking from one interpreter that imported them once for the run",
+    )
     r.set_defaults(func=_cmd_run)
 
     ce = sub.add_parser(
@@ -521,6 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("bench_dir", help=BENCH_DIR_HELP)
     a.add_argument("--pillar", help="only this pillar")
     a.add_argument("--spec", help="only the records of this spec's cells (default: every one)")
+    a.add_argument("--board", action="store_true", help="then write each pillar's board")
     a.set_defaults(func=_cmd_aggregate)
 
     b = sub.add_parser("board", help="write one pillar's board from its runs.parquet")
@@ -589,10 +601,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sparsebench.suite import warm
     from sparsebench.suite.pillar import PillarError
     from sparsebench.suite.runner import Interrupted
     from sparsebench.suite.spec import SpecError
 
+    # A workflow job under `sparsebench run`: fork it from the run's warm interpreter
+    delegated = warm.delegate(sys.argv[1:] if argv is None else argv)
+    if delegated is not None:
+        return delegated
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

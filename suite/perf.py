@@ -6,8 +6,9 @@
     one after 1 % of the records changed, and every board from ``runs.parquet`` alone.
 
 ``python -m sparsebench.suite.perf startup [--cores C]``
-    ``sparsebench run`` on a one-cell spec in a new folder and again with nothing to do, against
-    the cell's own time and a job's start-up (importing torch and Lightning).
+    ``sparsebench run`` on a one-cell spec in a new folder (with the warm job server and
+    without) and again with nothing to do, against the cell's own time and a job's start-up
+    (importing torch and Lightning).
 
 ``python -m sparsebench.suite.perf overhead results/<bench> [--wall S --cores C --since T]``
     the ratio of a run's Snakemake wall-clock ``S`` to the core-seconds of its own work (its
@@ -76,29 +77,35 @@ def tables(source: Path, n: int, keep: bool = False) -> dict[str, float]:
 
 def startup(cores: int = 2, keep: bool = False) -> dict[str, float]:
     """``sparsebench run`` on the embedded one-cell benchmark (suite/benchmarks/one_cell.yaml)
-    in a new folder, then again with nothing to do: the wall-clock of each against the cell's
-    own seconds. Its reference: ``python -c 'import torch, lightning.pytorch'``, the start-up
-    every job pays."""
+    in a new folder, with the warm job server (the default) and without it (``--no-warm``, as
+    plain ``snakemake``), then again with nothing to do: the wall-clock of each against the
+    cell's own seconds. Its reference: ``python -c 'import torch, lightning.pytorch'``, the
+    start-up every job pays on its own."""
     import subprocess
 
     tmp = Path(tempfile.mkdtemp(prefix="sparsebench-startup-"))
     from sparsebench.suite.spec import BENCHMARKS_DIR
 
-    shutil.copy(BENCHMARKS_DIR / "one_cell.yaml", tmp / "one.yaml")
-    run = [sys.executable, "-m", "sparsebench.suite.cli", "run", "one.yaml", "--cores", str(cores)]
-
-    def timed(cmd: list[str]) -> float:
+    def timed(cmd: list[str], folder: Path) -> float:
         t0 = time.perf_counter()
-        subprocess.run(cmd, cwd=tmp, check=True, capture_output=True)
+        subprocess.run(cmd, cwd=folder, check=True, capture_output=True)
         return time.perf_counter() - t0
 
-    imports = timed([sys.executable, "-c", "import torch, lightning.pytorch"])
-    first = timed(run)
-    again = timed(run)
-    record = next((tmp / "results" / "one_cell").rglob("record.json"))
+    def run(folder: Path, *extra: str) -> float:
+        folder.mkdir(exist_ok=True)
+        shutil.copy(BENCHMARKS_DIR / "one_cell.yaml", folder / "one.yaml")
+        cmd = [sys.executable, "-m", "sparsebench.suite.cli", "run", "one.yaml"]
+        return timed([*cmd, "--cores", str(cores), *extra], folder)
+
+    imports = timed([sys.executable, "-c", "import torch, lightning.pytorch"], tmp)
+    cold = run(tmp / "cold", "--no-warm")
+    first = run(tmp / "warm")
+    again = run(tmp / "warm")
+    record = next((tmp / "warm" / "results" / "one_cell").rglob("record.json"))
     cell_s = json.loads(record.read_text())["cell_s"]
     out = {
         "one_cell_wall_s": round(first, 2),
+        "one_cell_no_warm_wall_s": round(cold, 2),
         "cell_s": round(cell_s, 3),
         "job_startup_s": round(imports, 2),
         "one_cell_goal_s": round(3 * cell_s + imports, 2),

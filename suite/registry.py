@@ -136,7 +136,7 @@ def discover(package: str) -> list[str]:
     return found
 
 
-def _exists(package: str) -> bool:
+def package_exists(package: str) -> bool:
     try:
         return importlib.util.find_spec(package) is not None
     except ModuleNotFoundError:  # a parent package is missing
@@ -157,7 +157,7 @@ def load_builtin_methods(families: Iterable[str] | None = None) -> None:
                 package = p.method_package(family)
                 # A third-party family without a package of its own registers its methods when
                 # its plug-in module is imported; a package the pillar names must exist.
-                if family in p.method_packages or _exists(package):
+                if family in p.method_packages or package_exists(package):
                     discover(package)
     if not _loaded:
         _loaded = True

@@ -31,6 +31,8 @@ SNAKEFILE = Path(__file__).resolve().parents[1] / "Snakefile"
 # A first estimate of a job's start-up (interpreter, torch, Lightning), before any is measured.
 STARTUP_S = 6.0
 POLL_S = 0.5
+# Set for the Snakemake it runs: the workflow's own ending is then left to this command.
+RUN_ENV = "SPARSEBENCH_RUN"
 
 
 class RunError(ValueError):
@@ -478,13 +480,80 @@ class RunOptions:
     strict: bool = False
     dry_run: bool = False
     snakemake_args: tuple[str, ...] = ()
+    warm: bool = True  # jobs fork from one interpreter that imported torch once (suite/warm.py)
 
 
 class Interrupted(Exception):
     """The run was stopped (Ctrl-C, SIGTERM): Snakemake and its jobs were stopped too."""
 
 
-def _run_snakemake(cmd: list[str], log: Path, on_tick: Callable[[], None]) -> int:
+# Snakemake options that send jobs elsewhere than this machine: no warm server then.
+REMOTE_OPTIONS = ("--executor", "-e", "--profile", "--workflow-profile", "--cluster", "--slurm")
+
+
+class WarmServer:
+    """The run's warm job server (suite/warm.py): started before Snakemake so that its
+    imports overlap the workflow's parse, stopped with the run. Its log is
+    ``results/<bench>/logs/warm.log``."""
+
+    def __init__(self, log: Path, pillars: Sequence[str]) -> None:
+        import tempfile
+
+        self.folder = Path(tempfile.mkdtemp(prefix="sparsebench-warm-"))  # mode 0700
+        self.socket = self.folder / "jobs.sock"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as fh:
+            fh.write(f"\n==== warm job server, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+            fh.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sparsebench.suite.warm", str(self.socket),
+                 "--parent", str(os.getpid()), "--pillars", ",".join(pillars)],
+                stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def env(self) -> dict[str, str]:
+        from sparsebench.suite.warm import ENV
+
+        return {**os.environ, ENV: str(self.socket)}
+
+    def stop(self) -> None:
+        import shutil
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def builtin_pillars_of(spec: Path) -> list[str]:
+    """The built-in pillars whose sections the spec has (read without validating it: the
+    warm server preloads what their jobs import)."""
+    from sparsebench.suite.pillar import builtin_pillars
+    from sparsebench.suite.spec import SpecError, read_yaml
+
+    try:
+        data = read_yaml(spec, "spec", SpecError)
+    except SpecError:
+        return []
+    if not isinstance(data, dict):
+        return []
+    return [p.name for p in builtin_pillars() if p.present(data)]
+
+
+def wants_warm(opts: RunOptions) -> bool:
+    """A warm server serves local jobs only: not with --no-warm or options that send the
+    jobs to a scheduler (whose jobs would not reach it anyway, see suite/warm.py)."""
+    names = {a.split("=", 1)[0] for a in opts.snakemake_args}
+    return opts.warm and not names.intersection(REMOTE_OPTIONS)
+
+
+def _run_snakemake(
+    cmd: list[str], log: Path, on_tick: Callable[[], None], env: dict[str, str] | None = None
+) -> int:
     """Run ``cmd`` with its output appended to ``log``, calling ``on_tick`` while it runs.
 
     Snakemake runs in a process group of its own, and whatever ends this function early (Ctrl-C,
@@ -506,7 +575,9 @@ def _run_snakemake(cmd: list[str], log: Path, on_tick: Callable[[], None]) -> in
         raise Interrupted()
 
     old = signal.signal(signal.SIGTERM, stop)
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
     try:
         while proc.poll() is None:
             on_tick()
@@ -550,7 +621,15 @@ def run(opts: RunOptions, out: TextIO = sys.stdout) -> int:
           file=out, flush=True)  # fmt: skip
     watcher = Watcher(bench, start, opts.cores, out)
     cmd = snakemake_command(spec, opts.cores, extra=opts.snakemake_args)
-    code = _run_snakemake(cmd, log, watcher.poll)
+    warm = None
+    if wants_warm(opts):
+        warm = WarmServer(log.with_name("warm.log"), builtin_pillars_of(spec))
+    try:
+        env = {**(warm.env() if warm else os.environ), RUN_ENV: "1"}
+        code = _run_snakemake(cmd, log, watcher.poll, env)
+    finally:
+        if warm is not None:
+            warm.stop()
     wall = time.time() - start
     if watcher.progress is not None:
         remember(watcher.progress)

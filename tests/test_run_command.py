@@ -131,6 +131,43 @@ def test_sigterm_stops_the_run_snakemake_and_its_jobs_and_the_next_run_resumes(t
     assert time.monotonic() - t0 < 60  # not the cell's 300 s
     time.sleep(1)
     assert _processes_mentioning(str(tmp_path)) == []  # no Snakemake or job left behind
+    # nor the run's warm job server or a cell forked from it (they carry its socket's path)
+    warm_log = (tmp_path / "results" / "toys" / "logs" / "warm.log").read_text()
+    sock = warm_log.split("serving on ")[1].split()[0]
+    assert _processes_mentioning(sock) == [] and not Path(sock).exists()
     assert not slow.exists()  # the interrupted cell has no record: it runs again
     again = sparsebench(tmp_path, "run", "toy.yaml", "--cores", "2", "--snakemake=--unlock")
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+@pytest.mark.slow
+def test_a_cell_forked_from_the_warm_server_gives_the_same_record_as_its_own_process(tmp_path):
+    """The same classification cells through `sparsebench run` and `--no-warm`: every metric
+    equal (bit for bit on one machine), only the times differ."""
+    spec = (
+        "benchmark: warmeq\ndata_root: data\nclassification:\n  tasks:\n    digits_mlp:\n"
+        "      dataset: digits\n      model: lenet300_100\n"
+        "      recipe: {epochs: 2, batch_size: 64, lr: 0.05}\n"
+        "  methods: {rigl: {update_interval: 5}, dense: {}}\n  sparsities: [0.9]\n  seeds: [0]\n"
+    )
+    got = {}
+    for mode, extra in (("warm", []), ("cold", ["--no-warm"])):
+        folder = tmp_path / mode
+        folder.mkdir()
+        (folder / "s.yaml").write_text(spec)
+        run = sparsebench(folder, "run", "s.yaml", "--cores", "2", "--strict", *extra)
+        assert run.returncode == 0, run.stdout + run.stderr
+        log = folder / "results" / "warmeq" / "logs" / "warm.log"
+        assert (log.is_file() and "job " in log.read_text()) == (mode == "warm")
+        got[mode] = {
+            p.parent.relative_to(folder / "results"): json.loads(p.read_text())
+            for p in (folder / "results" / "warmeq").rglob("record.json")
+        }
+    assert len(got["warm"]) == 2 and got["warm"].keys() == got["cold"].keys()
+    same = ("test_acc", "test_loss", "val_acc", "val_loss", "actual_sparsity", "train_flops")
+    same += ("params_nonzero", "layer_densities_json", "mask_updates", "trained_density")
+    for cell, warm in got["warm"].items():
+        cold = got["cold"][cell]
+        assert warm["status"] == cold["status"] == "ok"
+        for key in same:
+            assert warm[key] == cold[key], (cell, key)

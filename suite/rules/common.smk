@@ -11,7 +11,7 @@ from sparsebench.suite import paths
 from sparsebench.suite.job import confirm_deaths
 from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.front import CONFIG_KEY as FRONT_KEY, FrontPage
-from sparsebench.suite.runner import ending
+from sparsebench.suite.runner import RUN_ENV, ending
 from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
 from sparsebench.suite.workflow import (
     artefact_batches,
@@ -131,7 +131,7 @@ def headline(pillar):
 def print_ending():
     """Where the answer is, and how many cells failed or diverged (Snakemake itself ends
     "100% done" and exit 0 when a cell's record says failed)."""
-    if workflow.dryrun:
+    if workflow.dryrun or os.environ.get(RUN_ENV):  # `sparsebench run` prints it itself
         return
     try:
         text = ending(BENCH, list(PILLARS))[0]

@@ -63,8 +63,9 @@ for _pillar in PILLARS:
 
     # Exactly the spec's records (not every record under the folder: a cell removed from
     # the spec leaves the table) -> runs.parquet -> the board, in one job: a second job
-    # per pillar would pay another interpreter start (polars, pandera, torch) for the
-    # board, which reads only the table this job has just written.
+    # per pillar would pay another start (polars, pandera) for the board, which reads only
+    # the table this job has just written. The job computes the record list from the spec
+    # (the same list as the rule's input): a command line could not hold it.
     rule:
         name:
             f"board_{_pillar}"
@@ -76,11 +77,15 @@ for _pillar in PILLARS:
         log:
             str(paths.log(BENCH, _pillar, "board")),
         params:
+            bench=lambda w, output: os.path.dirname(os.path.dirname(output[0])),
             pillar=_pillar,
+            python=PYTHON,
+            spec=shlex.quote(SPEC_FILE),
         conda:
             CONDA_ENV
-        script:
-            "scripts/board.py"
+        shell:
+            "{params.python} -m sparsebench.suite.cli aggregate {params.bench:q} "
+            "--pillar {params.pillar} --spec {params.spec} --board > {log} 2>&1"
 
 
 rule summary:
@@ -90,10 +95,13 @@ rule summary:
         SUMMARY,
     log:
         str(paths.bench_dir(BENCH) / "logs" / "summary.log"),
+    params:
+        bench=lambda w, output: os.path.dirname(output[0]),
+        python=PYTHON,
     conda:
         CONDA_ENV
-    script:
-        "scripts/summary.py"
+    shell:
+        "{params.python} -m sparsebench.suite.cli summary {params.bench:q} > {log} 2>&1"
 
 
 # Papers' claims judged against every pillar's table (only when the spec lists claim files).
@@ -107,7 +115,11 @@ if CLAIM_FILES:
             claims_outputs(),
         log:
             str(paths.bench_dir(BENCH) / "logs" / "claims.log"),
+        params:
+            bench=lambda w, output: os.path.dirname(output[0]),
+            python=PYTHON,
         conda:
             CONDA_ENV
-        script:
-            "scripts/claims.py"
+        shell:
+            "{params.python} -m sparsebench.suite.cli claims {params.bench:q} {input.files:q} "
+            "> {log} 2>&1"

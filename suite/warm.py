@@ -1,0 +1,458 @@
+"""A warm interpreter for the workflow's jobs: torch and Lightning imported once per run.
+
+Every job of a local run is a new ``python -m sparsebench.suite.cli cells ...`` process that
+would pay seconds importing torch and Lightning before its first cell (``perf startup``
+measures it). ``sparsebench run`` starts one server per run that imports them while Snakemake
+parses the workflow; a job command that finds ``$SPARSEBENCH_WARM`` connects to it and the
+server forks a child that runs the same command line, with the job's working folder,
+environment and standard streams (passed as file descriptors). The job process waits for the
+child's exit status and returns it, so Snakemake sees an ordinary job: same command, same log,
+same exit code; Ctrl-C, SIGTERM and SIGHUP sent to the job reach the child.
+
+Each job is still its own process (a fork of the same pristine parent), so nothing a cell
+does leaks into the next one and cells' own seconds are measured as before. A job runs on its
+own, exactly as without the server, whenever the server cannot serve it: no server
+(plain ``snakemake``, ``--no-warm``), another interpreter (``--use-conda``), a scheduler's job
+(SLURM and the like run jobs on their nodes), an import-time setting that differs from the
+server's (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``, ...), or a server that has gone.
+
+Only modules that start no thread of their own are preloaded: a fork copies only the calling
+thread, and polars (jemalloc's background threads, its spill cleaner) is not fork-safe, so
+polars and pandera are imported by the jobs that need them (boards, summary). The server
+checks this after preloading and refuses to serve otherwise. torch, NumPy and OpenBLAS
+re-create their thread pools after a fork (the way PyTorch's DataLoader workers start).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ENV = "SPARSEBENCH_WARM"  # the server's socket path, set by `sparsebench run` for Snakemake
+# Job commands the server runs; any other command runs on its own.
+COMMANDS = frozenset({"cells", "build", "aggregate", "summary", "claims"})
+# Variables read when torch, NumPy or Lightning are imported: a job whose values differ from
+# the server's runs on its own (the server's imports would not honour them).
+IMPORT_TIME_PREFIXES = (
+    "OMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "KMP_",
+    "GOTO",
+    "CUDA_",
+    "NVIDIA_",
+    "HIP_",
+    "ROCR_",
+    "PYTORCH_",
+    "TORCH",
+    "TRITON_",
+    "PL_",
+    "LD_",
+    "PYTHON",
+    "MPLBACKEND",
+)
+# Set per job by Snakemake (from the rule's threads) and honoured by the child at run time:
+# thread counts through threadpoolctl, the others are read when used, not when imported.
+RUN_TIME_VARS = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "PYTORCH_NVML_BASED_CUDA_CHECK",
+)
+# A job inside a scheduler's allocation runs there, never in the server of the submitting run.
+SCHEDULER_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "FLUX_JOB_ID")
+# Modules every job imports, in the order that overlaps best with the workflow's parse.
+PRELOAD = (
+    "threadpoolctl",
+    "torch",
+    "lightning.pytorch",
+    "matplotlib",
+    "scipy.stats",
+    "sparsebench.suite.job",
+    "sparsebench.suite.lightning",
+    "sparsebench.suite.cli",
+)
+LIGHT_PRELOAD = ("threadpoolctl", "sparsebench.suite.cli")
+FORK_UNSAFE = ("polars", "pandera", "pyarrow")
+_HEADER = struct.Struct("!I")
+
+
+def fingerprint(env: dict[str, str] | None = None) -> dict[str, str]:
+    """What must match between the server and a job: the interpreter and the variables read
+    at import time."""
+    env = dict(os.environ if env is None else env)
+    out = {
+        k: v
+        for k, v in env.items()
+        if k.startswith(IMPORT_TIME_PREFIXES) and k not in RUN_TIME_VARS
+    }
+    out["executable"] = sys.executable
+    return out
+
+
+# ---------------------------------------------------------------------------- the job's side
+def delegate(argv: Sequence[str]) -> int | None:
+    """Run ``sparsebench <argv>`` in the warm server and return its exit code; None when it
+    cannot (the caller then runs the command itself)."""
+    path = os.environ.get(ENV)
+    if not path or not argv or argv[0] not in COMMANDS:
+        return None
+    if any(v in os.environ for v in SCHEDULER_VARS):
+        return None
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+    except OSError:
+        return None
+    with sock:
+        env = {k: v for k, v in os.environ.items() if k != ENV}
+        request = json.dumps(
+            {"argv": list(argv), "cwd": os.getcwd(), "env": env, "fingerprint": fingerprint()}
+        ).encode()
+        try:
+            socket.send_fds(sock, [_HEADER.pack(len(request))], [0, 1, 2])
+            sock.sendall(request)
+            reply = sock.makefile("r", encoding="utf-8")
+            first = reply.readline().split()
+        except OSError:
+            return None
+        if len(first) != 2 or first[0] != "pid":
+            return None  # refused (another interpreter or settings): run it here
+        child = int(first[1])
+        return _wait(reply, child)
+
+
+def _wait(reply, child: int) -> int:
+    """Forward the signals that stop a job to the child's process group; return its status."""
+
+    def forward(signum, frame):
+        try:
+            os.killpg(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    while True:
+        try:
+            line = reply.readline()
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
+            continue
+        if not line:  # the server is gone: so must its child be
+            forward(signal.SIGKILL, None)
+            print(f"sparsebench: the warm job server stopped (job pid {child})", file=sys.stderr)
+            return 1
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "exit":
+            return int(parts[1])
+
+
+# ------------------------------------------------------------------------- the server's side
+class Server:
+    """Preload, then fork one child per job; report each child's exit status to its job."""
+
+    def __init__(self, path: str, parent: int | None = None) -> None:
+        self.path = path
+        self.parent = parent
+        self.children: dict[int, socket.socket] = {}  # child pid -> its job's connection
+        self.sel = selectors.DefaultSelector()
+        self.fp: dict[str, str] = {}
+        self.added: dict[str, str] = {}  # variables the preloaded modules set on import
+        self.stopping = False
+        self.wake: tuple[socket.socket, ...] = ()
+
+    def preload(
+        self, modules: Sequence[str] = PRELOAD, pillars: Sequence[str] | None = None
+    ) -> None:
+        """Import ``modules`` and the built-in ``pillars`` (all when None) with their
+        methods."""
+        import importlib
+
+        before = dict(os.environ)
+        self.fp = fingerprint(before)  # a job is compared with what these imports saw
+        for name in modules:
+            t0 = time.perf_counter()
+            importlib.import_module(name)
+            print(f"preloaded {name} in {time.perf_counter() - t0:.2f} s", flush=True)
+        # The built-in pillars and their methods; not plug-ins, which the jobs load (one
+        # that imports polars at its top must not stop the server).
+        from sparsebench.suite.pillar import builtin_pillars
+        from sparsebench.suite.registry import discover, package_exists
+
+        for pillar in builtin_pillars():
+            if pillars is not None and pillar.name not in pillars:
+                continue
+            for family in pillar.families:
+                package = pillar.method_package(family)
+                if package_exists(package):
+                    discover(package)
+        unsafe = [m for m in FORK_UNSAFE if m in sys.modules]
+        if unsafe:
+            raise RuntimeError(
+                f"preloading imported {', '.join(unsafe)}, which is not fork-safe; the jobs "
+                "run on their own"
+            )
+        self.added = {k: v for k, v in os.environ.items() if before.get(k) != v}
+
+    def serve(self, listener: socket.socket) -> None:
+        self.wake = socket.socketpair()  # a signal's byte ends select() without its timeout
+        for end in self.wake:
+            end.setblocking(False)
+        signal.set_wakeup_fd(self.wake[1].fileno())
+        self.sel.register(listener, selectors.EVENT_READ, None)
+        self.sel.register(self.wake[0], selectors.EVENT_READ, "wake")
+        while not self.stopping:
+            for key, _ in self.sel.select(timeout=0.2):
+                if key.data is None:
+                    self._accept(listener)
+                elif key.data == "wake":
+                    try:
+                        self.wake[0].recv(512)
+                    except BlockingIOError:
+                        pass
+                else:  # a job's connection closed (or sent more): its job is gone
+                    self._job_gone(key.fileobj, key.data)
+            self._reap()
+            if self.parent is not None and os.getppid() != self.parent:
+                break  # the run that started this server died without stopping it
+        self.shutdown()
+
+    def _accept(self, listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        try:
+            request, fds = _receive(conn)
+        except (OSError, ValueError) as e:
+            print(f"a job's request was unreadable: {e}", flush=True)
+            conn.close()
+            return
+        theirs = request.get("fingerprint") or {}
+        if theirs != self.fp:
+            keys = sorted(k for k in {*theirs, *self.fp} if theirs.get(k) != self.fp.get(k))
+            print(f"refused a job (its own {', '.join(keys)}): it runs on its own", flush=True)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(b"refused settings\n")
+            conn.close()
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            others = [listener, conn, *self.wake, *self.children.values()]
+            request["env"] = {**request["env"], **self.added}  # as if imported there
+            _child(request, fds, close=[s.fileno() for s in others])
+        try:  # here too: a signal for the group may come before the child has run
+            os.setpgid(pid, pid)
+        except OSError:  # the child got there first (or has exec'd, which it never does)
+            pass
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = conn
+        self.sel.register(conn, selectors.EVENT_READ, pid)
+        conn.sendall(f"pid {pid}\n".encode())
+        print(f"job {pid}: {' '.join(request['argv'])[:200]}", flush=True)
+
+    def _job_gone(self, conn: socket.socket, pid: int) -> None:
+        try:
+            data = conn.recv(1)
+        except OSError:
+            data = b""
+        if not data:  # killed hard (SIGKILL): its child must not run on unattended
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.sel.unregister(conn)
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            code = os.waitstatus_to_exitcode(status)
+            code = 128 - code if code < 0 else code  # killed by a signal: as a shell says
+            conn = self.children.pop(pid, None)
+            if conn is None:
+                continue
+            try:
+                self.sel.unregister(conn)
+            except (KeyError, ValueError):
+                pass
+            try:
+                conn.sendall(f"exit {code}\n".encode())
+            except OSError:
+                pass
+            conn.close()
+
+    def stop(self, signum=None, frame=None) -> None:
+        self.stopping = True  # the wake-up socket ends the select() at once
+
+    def shutdown(self) -> None:
+        for pid in list(self.children):
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 10
+        while self.children and time.time() < deadline:
+            self._reap()
+            time.sleep(0.05)
+        for pid in list(self.children):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._reap()
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    head, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
+    while len(head) < _HEADER.size:
+        more = conn.recv(_HEADER.size - len(head))
+        if not more:
+            raise ValueError("connection closed in the header")
+        head += more
+    (size,) = _HEADER.unpack(head)
+    body = b""
+    while len(body) < size:
+        more = conn.recv(min(1 << 16, size - len(body)))
+        if not more:
+            raise ValueError("connection closed in the request")
+        body += more
+    if len(fds) != 3:
+        raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
+    return json.loads(body), fds
+
+
+def _child(request: dict, fds: list[int], close: Sequence[int]) -> None:
+    """In the forked child: become the job (its streams, folder, environment, arguments), run
+    the command line and exit with its code. Never returns."""
+    import atexit
+    import traceback
+
+    code = 1
+    try:
+        os.setpgid(0, 0)  # the job forwards signals to this group (the cell's own processes)
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for fd in close:  # the listener and the jobs' connections: only the server's
+            os.close(fd)
+        for i, fd in enumerate(fds):
+            os.dup2(fd, i)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = ["sparsebench", *request["argv"]]
+        _thread_limits(request["env"])
+        from sparsebench.suite.cli import main
+
+        try:
+            code = main(request["argv"])
+        except SystemExit as e:  # as the interpreter ends on sys.exit(...)
+            if e.code is None:
+                code = 0
+            elif isinstance(e.code, int):
+                code = e.code
+            else:
+                print(e.code, file=sys.stderr)
+                code = 1
+        except KeyboardInterrupt:
+            code = 130
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code if isinstance(code, int) else 1)
+
+
+def _thread_limits(env: dict[str, str]) -> None:
+    """The job's thread counts, which a new process's OpenMP and BLAS would read from its
+    environment when loaded (here, they were loaded by the server)."""
+    from threadpoolctl import threadpool_limits
+
+    def count(*names: str) -> int | None:
+        for name in names:
+            value = env.get(name, "")
+            if value.isdigit() and int(value) > 0:
+                return int(value)
+        return None
+
+    omp = count("OMP_NUM_THREADS")
+    blas = count("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+    limits = {k: v for k, v in (("openmp", omp), ("blas", blas)) if v is not None}
+    if limits:
+        threadpool_limits(limits=limits)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sparsebench.suite.warm SOCKET [--parent PID]``: the server of one run."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m sparsebench.suite.warm")
+    ap.add_argument("socket", help="the Unix socket to listen on (created; removed at the end)")
+    ap.add_argument("--parent", type=int, help="stop when this process is gone")
+    ap.add_argument(
+        "--pillars",
+        help="the built-in pillars of the run, comma-separated: their methods and what their "
+        "jobs import (torch, Lightning) are preloaded; none: only the suite's CLI",
+    )
+    ap.add_argument(
+        "--preload",
+        help="only these modules, comma-separated, and no pillar or method (tests, debugging)",
+    )
+    args = ap.parse_args(argv)
+    server = Server(args.socket, args.parent)
+    signal.signal(signal.SIGTERM, server.stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run forwards Ctrl-C to its jobs
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        # Listening before the preload: a job that starts meanwhile waits for the rest of the
+        # import rather than paying all of it; if the preload fails, it runs on its own.
+        listener.bind(args.socket)
+        listener.listen(64)
+        try:
+            pillars = None if args.pillars is None else [p for p in args.pillars.split(",") if p]
+            if args.preload is not None:
+                server.preload([m for m in args.preload.split(",") if m], pillars=[])
+            elif pillars == []:  # a run of plug-in pillars alone: what they need is unknown
+                server.preload(LIGHT_PRELOAD, pillars=[])
+            else:
+                server.preload(PRELOAD, pillars)
+        except Exception as e:
+            print(f"not serving: {e}", flush=True)
+            return 1
+        print(f"serving on {args.socket}", flush=True)
+        server.serve(listener)
+    finally:
+        listener.close()
+        Path(args.socket).unlink(missing_ok=True)
+        sys.stdout.flush()
+    os._exit(0)  # not the interpreter's teardown of torch and Lightning (a second or two)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

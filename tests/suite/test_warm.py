@@ -1,0 +1,247 @@
+"""The warm job server (suite/warm.py): a job command that finds it runs in a fork of it, with
+the job's folder, environment, streams, exit code and signals; one that cannot (no server,
+other settings, a scheduler's job) runs on its own, with the same result."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sparsebench.suite import warm
+from sparsebench.suite.runner import RunOptions, wants_warm
+
+REPO = Path(__file__).resolve().parents[2]
+TOY_ENV = {
+    "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    "SPARSEBENCH_PLUGINS": "tests.toy_pillar",
+}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(what, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(0.05)
+    return what()
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A server of this test (light preload: the suite's CLI, no torch), its socket and log."""
+    sock = tmp_path / "s" / "jobs.sock"
+    sock.parent.mkdir()
+    log = tmp_path / "warm.log"
+    env = dict(os.environ, **TOY_ENV)
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparsebench.suite.warm", str(sock),
+             "--preload", "sparsebench.suite.cli"],
+            stdout=fh, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    assert _wait_for(lambda: "serving on" in log.read_text()), log.read_text()
+    yield proc, sock, log
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _job(tmp_path, sock, *args, extra_env=None, **kw):
+    """``sparsebench <args>`` as a workflow job would run it (in tmp_path, the toy plug-in)."""
+    env = dict(os.environ, **TOY_ENV, **(extra_env or {}))
+    if sock is not None:
+        env[warm.ENV] = str(sock)
+    cmd = [sys.executable, "-m", "sparsebench.suite.cli", *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, **kw)
+
+
+def _spec(tmp_path, values="[1, 2, -1]"):
+    (tmp_path / "toy.yaml").write_text(f"benchmark: toyw\ntoy: {{values: {values}}}\n")
+    return "toy.yaml"
+
+
+def _record(tmp_path, value):
+    path = tmp_path / "results" / "toyw" / "toy" / "runs" / f"v{value}" / "record.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _jobs(log: Path) -> list[str]:
+    return [ln for ln in log.read_text().splitlines() if ln.startswith("job ")]
+
+
+def test_a_job_runs_in_the_server_with_its_folder_environment_and_streams(tmp_path, server):
+    _, sock, log = server
+    spec = _spec(tmp_path)
+    # the spec comes from the job's environment and is found relative to the job's folder
+    got = _job(tmp_path, sock, "cells", "toy", "--cell", "v2", extra_env={"SPARSEBENCH_SPEC": spec})
+    assert got.returncode == 0, got.stderr
+    assert "[ok]" in got.stdout  # the child wrote to the job's own stdout
+    assert _record(tmp_path, 2)["square"] == 4.0
+    jobs = _jobs(log)
+    assert len(jobs) == 1 and "cells toy --cell v2" in jobs[0]
+    child = int(jobs[0].split()[1].rstrip(":"))
+    assert child != os.getpid() and _record(tmp_path, 2)["status"] == "ok"
+
+
+def test_exit_code_and_error_are_the_same_as_on_its_own(tmp_path, server):
+    _, sock, log = server
+    spec = _spec(tmp_path)
+    served = _job(tmp_path, sock, "cells", "toy", "--cell", "v9", "--spec", spec)
+    alone = _job(tmp_path, None, "cells", "toy", "--cell", "v9", "--spec", spec)
+    assert len(_jobs(log)) == 1  # the first one was served
+    assert served.returncode == alone.returncode == 1
+    assert "no toy cell 'v9'" in served.stderr
+    assert served.stderr == alone.stderr
+    # argparse's own exit (2) and a missing results folder (2, one message)
+    assert _job(tmp_path, sock, "cells").returncode == 2
+    missing = _job(tmp_path, sock, "summary", "results/nope")
+    assert missing.returncode == 2 and "no records found" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    "env, why",
+    [
+        ({"PYTORCH_SOMETHING": "1"}, "refused a job (its own PYTORCH_SOMETHING)"),
+        ({"SLURM_JOB_ID": "7"}, None),  # a scheduler's job never asks
+    ],
+)
+def test_a_job_the_server_cannot_serve_runs_on_its_own(tmp_path, server, env, why):
+    _, sock, log = server
+    spec = _spec(tmp_path)
+    got = _job(tmp_path, sock, "cells", "toy", "--cell", "v1", "--spec", spec, extra_env=env)
+    assert got.returncode == 0, got.stderr
+    assert _record(tmp_path, 1)["square"] == 1.0
+    assert _jobs(log) == []
+    if why:
+        assert why in log.read_text()
+
+
+def test_no_server_or_another_command_runs_on_its_own(tmp_path):
+    spec = _spec(tmp_path)
+    gone = tmp_path / "gone.sock"
+    got = _job(tmp_path, gone, "cells", "toy", "--cell", "v1", "--spec", spec)
+    assert got.returncode == 0 and _record(tmp_path, 1)["square"] == 1.0
+    assert warm.delegate(["validate", spec]) is None  # not a job command
+    assert warm.delegate([]) is None
+
+
+def test_time_dependent_settings_are_not_part_of_the_fingerprint():
+    env = {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": "/x", "LD_PRELOAD": "a.so"}
+    fp = warm.fingerprint(env)
+    assert fp == {"LD_PRELOAD": "a.so", "executable": sys.executable}
+    assert warm.fingerprint({**env, "CUDA_VISIBLE_DEVICES": "1"}) != fp
+
+
+def test_the_jobs_thread_counts_reach_openmp_and_blas():
+    code = (
+        "import numpy, torch, threadpoolctl;"
+        "from sparsebench.suite.warm import _thread_limits;"
+        "_thread_limits({'OMP_NUM_THREADS': '1'});"
+        "print(sorted({d['user_api']: d['num_threads'] for d in threadpoolctl.threadpool_info()}"
+        ".items())); print(torch.get_num_threads())"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    limits, torch_threads = out.stdout.splitlines()
+    assert limits == "[('blas', 1), ('openmp', 1)]" and torch_threads == "1"
+
+
+def _slow_job(tmp_path, sock, log, **popen):
+    """A served job whose cell sleeps for minutes, and the pid of the child running it."""
+    spec = _spec(tmp_path, "[77]")
+    env = dict(os.environ, **TOY_ENV, TOY_SLEEP="300", **{warm.ENV: str(sock)})
+    cmd = [sys.executable, "-m", "sparsebench.suite.cli", "cells", "toy", "--cell", "v77",
+           "--spec", spec]  # fmt: skip
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, **popen)
+    jobs = _wait_for(lambda: _jobs(log))
+    assert jobs, log.read_text()
+    child = int(jobs[0].split()[1].rstrip(":"))
+    assert _alive(child)
+    return job, child
+
+
+def test_sigterm_to_a_job_reaches_its_child(tmp_path, server):
+    _, sock, log = server
+    job, child = _slow_job(tmp_path, sock, log)
+    time.sleep(0.5)
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(timeout=30) == 128 + signal.SIGTERM
+    assert _wait_for(lambda: not _alive(child), 10)
+
+
+def test_a_job_killed_hard_takes_its_child_with_it(tmp_path, server):
+    _, sock, log = server
+    job, child = _slow_job(tmp_path, sock, log)
+    job.kill()
+    job.wait()
+    assert _wait_for(lambda: not _alive(child), 10)
+
+
+def test_stopping_the_server_stops_its_jobs_and_removes_the_socket(tmp_path, server):
+    proc, sock, log = server
+    job, child = _slow_job(tmp_path, sock, log)
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+    assert job.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not _alive(child) and not sock.exists()
+
+
+def test_a_preload_that_is_not_fork_safe_serves_nothing(tmp_path):
+    sock = tmp_path / "jobs.sock"
+    got = subprocess.run(
+        [sys.executable, "-m", "sparsebench.suite.warm", str(sock), "--preload", "polars"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert got.returncode == 1
+    assert "not serving" in got.stdout and "polars" in got.stdout
+    assert not sock.exists()
+
+
+def test_the_server_is_for_local_runs_only():
+    assert wants_warm(RunOptions("s.yaml"))
+    assert not wants_warm(RunOptions("s.yaml", warm=False))
+    for opt in ("--profile=profiles/slurm", "--executor", "-e", "--cluster"):
+        assert not wants_warm(RunOptions("s.yaml", snakemake_args=(opt, "x")))
+
+
+def test_the_server_preloads_what_the_specs_builtin_pillars_need(tmp_path):
+    from sparsebench.suite.runner import builtin_pillars_of
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("benchmark: b\nhessian: {}\nkernels: {}\ntoy: {values: [1]}\n")
+    assert builtin_pillars_of(spec) == ["hessian", "kernels"]
+    spec.write_text("benchmark: b\ntoy: {values: [1]}\n")
+    assert builtin_pillars_of(spec) == []
+    # no built-in pillar: the suite's CLI only, no torch
+    sock = tmp_path / "jobs.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparsebench.suite.warm", str(sock), "--pillars", ""],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert [ln.split()[1] for ln in lines[:2]] == ["threadpoolctl", "sparsebench.suite.cli"]
+    assert lines[2].startswith("serving on")
