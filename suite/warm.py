@@ -84,6 +84,7 @@ PRELOAD = (
     "sparsebench.suite.lightning",
     "sparsebench.suite.cli",
 )
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 LIGHT_PRELOAD = ("threadpoolctl", "sparsebench.suite.cli")
 FORK_UNSAFE = ("polars", "pandera", "pyarrow")
 _HEADER = struct.Struct("!I")
@@ -248,6 +249,9 @@ class Server:
             return
         sys.stdout.flush()
         sys.stderr.flush()
+        # Held until the child has its own handlers: one arriving between the fork and them
+        # would run the server's handler in the child and be lost.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         pid = os.fork()
         if pid == 0:  # the child: never returns
             others = [listener, conn, *self.wake, *self.children.values()]
@@ -257,6 +261,7 @@ class Server:
             os.setpgid(pid, pid)
         except OSError:  # the child got there first (or has exec'd, which it never does)
             pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         for fd in fds:
             os.close(fd)
         self.children[pid] = conn
@@ -285,10 +290,11 @@ class Server:
             if pid == 0:
                 return
             code = os.waitstatus_to_exitcode(status)
-            code = 128 - code if code < 0 else code  # killed by a signal: as a shell says
-            conn = self.children.pop(pid, None)
-            if conn is None:
-                continue
+            self._report(pid, 128 - code if code < 0 else code)  # a signal: as a shell says
+
+    def _report(self, pid: int, code: int) -> None:
+        conn = self.children.pop(pid, None)
+        if conn is not None:
             try:
                 self.sel.unregister(conn)
             except (KeyError, ValueError):
@@ -317,7 +323,11 @@ class Server:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self._reap()
+            try:
+                os.waitpid(pid, 0)  # certain now: its job gets a status, not a closed socket
+            except ChildProcessError:
+                pass
+            self._report(pid, 128 + signal.SIGKILL)
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -352,6 +362,7 @@ def _child(request: dict, fds: list[int], close: Sequence[int]) -> None:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         for fd in close:  # the listener and the jobs' connections: only the server's
             os.close(fd)
         for i, fd in enumerate(fds):
