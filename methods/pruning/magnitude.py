@@ -42,17 +42,21 @@ class MagnitudeOneShot(MaskMethod):
             if not 0.0 < self.dense_fraction < 1.0:
                 raise ValueError(f"dense_fraction must be in (0, 1), got {self.dense_fraction}")
             check_dense_start(
-                self.init, "magnitude_oneshot trains dense until it prunes, after fit start"
+                self.init, "one-shot pruning of a trained network trains dense until it prunes"
             )
 
     @property
     def prune_epoch(self) -> int:
         return max(1, min(self.ctx.epochs - 1, round(self.params.dense_fraction * self.ctx.epochs)))
 
+    def scores(self, store) -> dict:
+        """What is kept: the largest of these (|w|)."""
+        return {n: store.weight(n).detach().abs() for n in store.layers}
+
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         if trainer.current_epoch == self.prune_epoch:
             store = pl_module.masks
-            scores = {n: store.weight(n).detach().abs() for n in store.layers}
+            scores = self.scores(store)
             store.allocate(
                 self.density, scores, self.params.distribution, self.params.dense_first_layer
             )
