@@ -147,7 +147,7 @@ class GMP(MaskMethod):
             )
             kind = "fixed" if params.pruning_frequency is not None else "scaled"
             raise ValueError(
-                f"gmp: {count} pruning steps, fewer than MIN_PRUNING_STEPS = "
+                f"{cls.method_name}: {count} pruning steps, fewer than MIN_PRUNING_STEPS = "
                 f"{MIN_PRUNING_STEPS} (methods/pruning/gmp.py): {total_steps} steps, window "
                 f"t_0 = {t0} to t_end = {t_end} ({params.begin_fraction}-"
                 f"{params.end_fraction} of the run, {span} steps), {kind} "
