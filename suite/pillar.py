@@ -217,6 +217,11 @@ class Pillar:
     families: ClassVar[tuple[str, ...]] = ()
     method_packages: ClassVar[dict[str, str]] = {}
     spec_keys: ClassVar[tuple[str, ...]] = ()
+    #: Whether a cell may run in a process forked from the run's warm job server
+    #: (suite/warm.py). False where records report the process's own resident memory: a fork
+    #: does not count the libraries' pages it shares until it touches them, so the figure
+    #: would differ from a job started on its own.
+    fork_cells: ClassVar[bool] = True
     moved_keys: ClassVar[tuple[str, ...]] = ()
     columns: ClassVar[dict[str, type]] = {}
     row_key: ClassVar[tuple[str, ...]] = ()

@@ -499,16 +499,20 @@ class WarmServer:
     def __init__(self, log: Path, pillars: Sequence[str]) -> None:
         import tempfile
 
-        self.folder = Path(tempfile.mkdtemp(prefix="sparsebench-warm-"))  # mode 0700
-        self.socket = self.folder / "jobs.sock"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as fh:
+            self.folder = Path(tempfile.mkdtemp(prefix="sparsebench-warm-"))  # mode 0700
+            self.socket = self.folder / "jobs.sock"
             fh.write(f"\n==== warm job server, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
             fh.flush()
+            # A session of its own: a signal to the run's group (Ctrl-C, a hang-up, `timeout`)
+            # reaches Snakemake and the jobs, which stop their cells; the server is stopped
+            # after them, by this command (or when it notices this command is gone).
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "sparsebench.suite.warm", str(self.socket),
                  "--parent", str(os.getpid()), "--pillars", ",".join(pillars)],
                 stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                start_new_session=True,
             )  # fmt: skip
 
     def env(self) -> dict[str, str]:
@@ -548,7 +552,8 @@ def wants_warm(opts: RunOptions) -> bool:
     """A warm server serves local jobs only: not with --no-warm or options that send the
     jobs to a scheduler (whose jobs would not reach it anyway, see suite/warm.py)."""
     names = {a.split("=", 1)[0] for a in opts.snakemake_args}
-    return opts.warm and not names.intersection(REMOTE_OPTIONS)
+    remote = names.intersection(REMOTE_OPTIONS) or os.environ.get("SNAKEMAKE_PROFILE")
+    return opts.warm and not remote
 
 
 def _run_snakemake(
@@ -623,7 +628,11 @@ def run(opts: RunOptions, out: TextIO = sys.stdout) -> int:
     cmd = snakemake_command(spec, opts.cores, extra=opts.snakemake_args)
     warm = None
     if wants_warm(opts):
-        warm = WarmServer(log.with_name("warm.log"), builtin_pillars_of(spec))
+        try:
+            warm = WarmServer(log.with_name("warm.log"), builtin_pillars_of(spec))
+        except OSError as e:  # the jobs then start on their own, as with --no-warm
+            print(f"sparsebench: no warm job server ({e}); every job imports torch itself",
+                  file=out)  # fmt: skip
     try:
         env = {**(warm.env() if warm else os.environ), RUN_ENV: "1"}
         code = _run_snakemake(cmd, log, watcher.poll, env)

@@ -25,6 +25,7 @@ re-create their thread pools after a fork (the way PyTorch's DataLoader workers 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import selectors
@@ -110,8 +111,13 @@ def delegate(argv: Sequence[str]) -> int | None:
     path = os.environ.get(ENV)
     if not path or not argv or argv[0] not in COMMANDS:
         return None
-    if any(v in os.environ for v in SCHEDULER_VARS):
+    if any(v in os.environ for v in SCHEDULER_VARS) or not _forks(argv):
         return None
+    for fd in (0, 1, 2):  # a closed stream: /dev/null, so the socket below cannot take it
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(path)
@@ -135,6 +141,21 @@ def delegate(argv: Sequence[str]) -> int | None:
         return _wait(reply, child)
 
 
+def _forks(argv: Sequence[str]) -> bool:
+    """False for the cells of a pillar that may not run in a fork (:attr:`Pillar.fork_cells`:
+    its records report the process's own resident memory, which a forked child counts
+    differently: the libraries' pages it shares with the server are not in its resident set
+    until it touches them)."""
+    if argv[0] != "cells" or len(argv) < 2:
+        return True
+    from sparsebench.suite.pillar import PillarError, get_pillar
+
+    try:
+        return get_pillar(argv[1]).fork_cells
+    except PillarError:
+        return True  # the command itself says what is wrong
+
+
 def _wait(reply, child: int) -> int:
     """Forward the signals that stop a job to the child's process group; return its status."""
 
@@ -151,13 +172,33 @@ def _wait(reply, child: int) -> int:
             line = reply.readline()
         except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
             continue
-        if not line:  # the server is gone: so must its child be
-            forward(signal.SIGKILL, None)
+        if not line:  # the server is gone: so must its child be, as a stopped job would
+            _stop(child)
             print(f"sparsebench: the warm job server stopped (job pid {child})", file=sys.stderr)
             return 1
         parts = line.split()
         if len(parts) == 2 and parts[0] == "exit":
             return int(parts[1])
+
+
+def _stop(child: int, grace: float = 10.0) -> None:
+    """SIGTERM to the child's group (a cell then forgets its in-flight record and reruns next
+    time), SIGKILL after ``grace`` seconds."""
+    try:
+        os.killpg(child, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(child, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 # ------------------------------------------------------------------------- the server's side
@@ -232,8 +273,10 @@ class Server:
 
     def _accept(self, listener: socket.socket) -> None:
         conn, _ = listener.accept()
+        conn.settimeout(5.0)  # a client that connects and says nothing must not hold the rest
         try:
             request, fds = _receive(conn)
+            conn.settimeout(None)
         except (OSError, ValueError) as e:
             print(f"a job's request was unreadable: {e}", flush=True)
             conn.close()
@@ -244,7 +287,10 @@ class Server:
             print(f"refused a job (its own {', '.join(keys)}): it runs on its own", flush=True)
             for fd in fds:
                 os.close(fd)
-            conn.sendall(b"refused settings\n")
+            try:
+                conn.sendall(b"refused settings\n")
+            except OSError:
+                pass
             conn.close()
             return
         sys.stdout.flush()
@@ -266,8 +312,11 @@ class Server:
             os.close(fd)
         self.children[pid] = conn
         self.sel.register(conn, selectors.EVENT_READ, pid)
-        conn.sendall(f"pid {pid}\n".encode())
         print(f"job {pid}: {' '.join(request['argv'])[:200]}", flush=True)
+        try:
+            conn.sendall(f"pid {pid}\n".encode())
+        except OSError:  # the job is gone already: so goes its child
+            self._job_gone(conn, pid)
 
     def _job_gone(self, conn: socket.socket, pid: int) -> None:
         try:
@@ -352,7 +401,6 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
 def _child(request: dict, fds: list[int], close: Sequence[int]) -> None:
     """In the forked child: become the job (its streams, folder, environment, arguments), run
     the command line and exit with its code. Never returns."""
-    import atexit
     import traceback
 
     code = 1
@@ -368,6 +416,8 @@ def _child(request: dict, fds: list[int], close: Sequence[int]) -> None:
         for i, fd in enumerate(fds):
             os.dup2(fd, i)
             os.close(fd)
+        atexit._clear()  # the server's exit handlers are the server's (matplotlib's tmp dir)
+        _fresh_random_state()
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -398,6 +448,15 @@ def _child(request: dict, fds: list[int], close: Sequence[int]) -> None:
             except Exception:
                 pass
         os._exit(code if isinstance(code, int) else 1)
+
+
+def _fresh_random_state() -> None:
+    """Unseeded global generators as a new process has them (each job's own entropy), not
+    one state shared by every fork; the cells seed their own."""
+    for name, reseed in (("numpy", lambda m: m.random.seed()), ("torch", lambda m: m.seed())):
+        module = sys.modules.get(name)
+        if module is not None:
+            reseed(module)
 
 
 def _thread_limits(env: dict[str, str]) -> None:
@@ -461,6 +520,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         listener.close()
         Path(args.socket).unlink(missing_ok=True)
+        try:  # the run's private folder, when the run could not remove it (killed)
+            Path(args.socket).parent.rmdir()
+        except OSError:
+            pass
+        atexit._run_exitfuncs()
+        atexit._clear()
         sys.stdout.flush()
     os._exit(0)  # not the interpreter's teardown of torch and Lightning (a second or two)
 

@@ -171,3 +171,12 @@ def test_a_cell_forked_from_the_warm_server_gives_the_same_record_as_its_own_pro
         assert warm["status"] == cold["status"] == "ok"
         for key in same:
             assert warm[key] == cold[key], (cell, key)
+
+
+def test_a_warm_server_that_cannot_start_leaves_the_jobs_to_start_on_their_own(tmp_path):
+    (tmp_path / "toy.yaml").write_text("benchmark: toyx\ntoy: {values: [3]}\n")
+    (tmp_path / "results" / "toyx" / "logs" / "warm.log").mkdir(parents=True)  # not a file
+    got = sparsebench(tmp_path, "run", "toy.yaml", "--cores", "1", "--strict")
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "no warm job server" in got.stdout and "Traceback" not in got.stdout + got.stderr
+    assert "1 cell(s): 1 ok" in got.stdout

@@ -67,7 +67,7 @@ def server(tmp_path):
 
 def _job(tmp_path, sock, *args, extra_env=None, **kw):
     """``sparsebench <args>`` as a workflow job would run it (in tmp_path, the toy plug-in)."""
-    env = dict(os.environ, **TOY_ENV, **(extra_env or {}))
+    env = {**os.environ, **TOY_ENV, **(extra_env or {})}
     if sock is not None:
         env[warm.ENV] = str(sock)
     cmd = [sys.executable, "-m", "sparsebench.suite.cli", *args]
@@ -245,3 +245,85 @@ def test_the_server_preloads_what_the_specs_builtin_pillars_need(tmp_path):
         proc.wait(timeout=30)
     assert [ln.split()[1] for ln in lines[:2]] == ["threadpoolctl", "sparsebench.suite.cli"]
     assert lines[2].startswith("serving on")
+
+
+def test_cells_of_a_pillar_that_measures_its_process_memory_run_on_their_own():
+    assert warm._forks(["cells", "classification", "--cell", "x"])
+    assert not warm._forks(["cells", "hessian", "--cell", "x"])  # peak_mem_mb: its own process
+    assert not warm._forks(["cells", "merging"])
+    assert warm._forks(["build", "merging", "--artefact", "x"])  # no memory figure there
+    assert warm._forks(["cells", "nope"])  # the command itself names the unknown pillar
+
+
+def test_a_job_with_a_closed_stdin_is_served_and_stays_on_its_streams(tmp_path, server):
+    _, sock, log = server
+    spec = _spec(tmp_path)
+    env = dict(os.environ, **TOY_ENV, **{warm.ENV: str(sock)})
+    cmd = [sys.executable, "-m", "sparsebench.suite.cli", "cells", "toy", "--cell", "v1",
+           "--spec", spec]  # fmt: skip
+    got = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, pass_fds=(), close_fds=True,
+                         preexec_fn=lambda: os.close(0))  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert "[ok]" in got.stdout and len(_jobs(log)) == 1
+
+
+def test_a_silent_or_vanished_client_does_not_stop_the_server(tmp_path, server):
+    import socket
+
+    _, sock, log = server
+    spec = _spec(tmp_path)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(str(sock))  # says nothing: the server gives up on it after 5 s
+    gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    gone.connect(str(sock))
+    request = json.dumps({"argv": ["cells", "toy", "--cell", "v2", "--spec", spec],
+                          "cwd": str(tmp_path), "env": dict(os.environ, **TOY_ENV),
+                          "fingerprint": warm.fingerprint()}).encode()  # fmt: skip
+    socket.send_fds(gone, [warm._HEADER.pack(len(request))], [0, 1, 2])
+    gone.sendall(request)
+    gone.close()  # gone before the reply
+    try:
+        got = _job(tmp_path, sock, "cells", "toy", "--cell", "v1", "--spec", spec, timeout=60)
+    finally:
+        silent.close()
+    assert got.returncode == 0, got.stderr
+    assert _record(tmp_path, 1)["square"] == 1.0
+    assert "Traceback" not in log.read_text()
+
+
+def test_a_killed_server_stops_its_cells_as_a_stopped_job_would(tmp_path, server):
+    proc, sock, log = server
+    job, child = _slow_job(tmp_path, sock, log, stderr=subprocess.PIPE, text=True)
+    in_flight = tmp_path / "results" / "toyw" / "toy" / "runs" / "v77" / "record.json"
+    assert _wait_for(in_flight.is_file)
+    proc.kill()  # the OOM killer, say
+    assert job.wait(timeout=30) == 1
+    assert "the warm job server stopped" in job.stderr.read()
+    assert _wait_for(lambda: not _alive(child), 15)
+    assert not in_flight.exists()  # SIGTERM first: the cell forgot its record and reruns
+
+
+def test_the_servers_exit_handlers_run_once_in_the_server_not_in_every_job(tmp_path):
+    (tmp_path / "mod").mkdir()
+    marker = tmp_path / "exit-handler-ran"
+    (tmp_path / "mod" / "registers_exit.py").write_text(
+        f"import atexit\natexit.register(lambda: open({str(marker)!r}, 'a').write('x'))\n"
+    )
+    sock = tmp_path / "jobs.sock"
+    env = dict(os.environ, **TOY_ENV)
+    env["PYTHONPATH"] = f"{tmp_path / 'mod'}{os.pathsep}{env['PYTHONPATH']}"
+    with open(tmp_path / "warm.log", "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparsebench.suite.warm", str(sock), "--preload",
+             "registers_exit,sparsebench.suite.cli"], stdout=fh, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    assert _wait_for(lambda: "serving on" in (tmp_path / "warm.log").read_text())
+    spec = _spec(tmp_path)
+    same = {"PYTHONPATH": env["PYTHONPATH"]}  # PYTHONPATH is read at start: it must match
+    got = _job(tmp_path, sock, "cells", "toy", "--cell", "v1", "--spec", spec, extra_env=same)
+    assert got.returncode == 0 and len(_jobs(tmp_path / "warm.log")) == 1
+    assert not marker.exists()
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+    assert marker.read_text() == "x"

@@ -60,6 +60,7 @@ class HessianPillar(Pillar):
     title = "Sparse Hessians by graph coloring"
     families = FAMILY
     spec_keys = ("hessian",)
+    fork_cells = False  # records report peak_mem_mb, the job process's own (Pillar)
     columns = HESSIAN_COLUMNS
     row_key = ("system", "n_atoms", "potential", "method", "trial")
     # a cell is one configuration; its trials (independent jobs) are what claims average over

@@ -40,6 +40,7 @@ class MergingPillar(Pillar):
     title = "Model merging"
     families = FAMILY
     spec_keys = ("merging",)
+    fork_cells = False  # records report peak_mem_mb, the job process's own (Pillar)
     columns = COLUMNS
     row_key = ("model", "method", "setting_id", "seed")
     extra_method_names = ("zero_shot", "individual", "multitask")  # job.REFERENCES
