@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,9 +38,12 @@ class GraSP(MaskMethod):
     (their removal reduces the gradient flow least, or increases it), ranked jointly over all
     layers; the mask is then fixed and the network trained as usual.
 
-    Defaults: T = 200, one iteration, 10 examples per class (our reading of the authors'
-    run configurations; their function's own default is 25), train mode as in their code (its
-    ``.eval()`` is commented out). Ours: g and Hg from one batch (the authors split it into two
+    Defaults: T = 200, one iteration, 10 examples per class (the authors' configurations for
+    10-class data; their function's own default is 25), train mode on a copy of the model as
+    in their code (its ``.eval()`` is commented out). Ours: the scores are computed on the
+    task's own initial weights, the θ0 of the paper (the authors' code scores a copy whose
+    linear layers are redrawn with Xavier-normal and then trains differently initialised
+    weights); g and Hg from one batch (the authors split it into two
     halves for memory; the sum over halves scales both by constants, so the ranking is the
     same); examples drawn with the job's seed; biases stay dense (sparsity counts kernels, as for
     every method here). ``distribution: erk|uniform`` ranks within each layer at that
@@ -66,6 +70,8 @@ class GraSP(MaskMethod):
                 raise ValueError(f"samples_per_class must be >= 1, got {self.samples_per_class}")
             if not self.temperature > 0:
                 raise ValueError(f"temperature must be > 0, got {self.temperature}")
+            if self.dense_first_layer and self.distribution == "global":
+                raise ValueError("dense_first_layer needs distribution erk or uniform")
 
     def sample(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``samples_per_class`` examples of every class, in a random order of the job's seed
@@ -84,23 +90,21 @@ class GraSP(MaskMethod):
         return x, y
 
     def scores(self, store) -> dict[str, torch.Tensor]:
-        """-θ ⊙ Hg of every prunable weight (larger: removed first)."""
+        """-θ ⊙ Hg of every prunable weight (larger: removed first), computed on a copy of
+        the model in train mode, as the authors do: the model's own BatchNorm statistics and
+        gradients are untouched."""
+        twin = copy.deepcopy(store.model).train()
+        weights = [twin.get_submodule(n).weight for n in store.layers]
+        device = weights[0].device
         x, y = self.sample()
-        model = store.model
-        x, y = x.to(store.weight(next(iter(store.layers))).device), y.to(x.device)
-        weights = [store.weight(n) for n in store.layers]
-        hg = hessian_gradient_product(model, weights, x, y, self.params.temperature)
+        x, y = x.to(device), y.to(device)
+        hg = hessian_gradient_product(twin, weights, x, y, self.params.temperature)
         self.ctx.flops.add(3 * 3.0 * self.ctx.flops.f_dense * x.shape[0])
         return {n: -(w.detach() * h) for n, w, h in zip(store.layers, weights, hg)}
 
     def on_fit_start(self, trainer, pl_module) -> None:
         store = pl_module.masks
-        model = store.model
-        was_training = model.training
-        model.train()
         removal = self.scores(store)
-        model.train(was_training)
-        model.zero_grad(set_to_none=True)
         # keep the smallest -θ⊙Hg: the largest of its negation
         keep = {n: -s for n, s in removal.items()}
         p = self.params

@@ -21,9 +21,11 @@ class ProgressiveMagnitude(GMP):
 
     From the seed text (only its abstract is public): one training cycle, a linear schedule,
     masks from the magnitudes of the active weights. Ours, where the text is silent: the window
-    from the start of training (t_0 = 0) to ``end_fraction`` = 0.75 of it, leaving the last
-    quarter at the final mask to recover (as GMP's window does); n = ``pruning_steps`` = 20
-    steps scaled to the run (Δt = ⌊(t_end - t_0) / n⌋, or a fixed ``pruning_frequency``), at
+    from the start of training (t_0 = 0) to ``end_fraction`` = 0.75 of it, leaving at least the
+    last quarter at the final mask to recover (as GMP's window does; the last pruning step is
+    t_0 + nΔt ≤ t_end, earlier when Δt rounds down); n = ``pruning_steps`` = 20 steps scaled
+    to the run (Δt = ⌊(t_end - t_0) / n⌋; a fixed ``pruning_frequency`` needs
+    ``pruning_steps: null``), at
     least GMP's MIN_PRUNING_STEPS = 10; one global magnitude ranking (``distribution:
     global``; ``erk`` / ``uniform`` prune each layer to its share). Everything else, budget and
     refusals, is GMP's machinery (methods/pruning/gmp.py) with the cubic schedule replaced by

@@ -15,9 +15,11 @@ class RandomOneShot(MagnitudeOneShot):
     mask) with a random criterion, so that the two differ only in what is removed.
 
     ``distribution: global`` (the default) draws one random ranking over all prunable weights
-    (ShrinkBench's ``Global Random``: every layer keeps about the target density);
-    ``uniform`` keeps exactly the target density in every layer (``Layerwise Random``) and
-    ``erk`` each layer's ERK density. Random pruning at initialization with ERK or uniform
+    (every layer keeps about the target density); ``uniform`` keeps exactly the target density
+    in every layer and ``erk`` each layer's ERK density. ShrinkBench's ``RandomPruning`` keeps
+    each weight with probability d independently: the same in expectation. Unlike ShrinkBench
+    (ours, as for every method here): kernels only, biases never pruned, the classifier
+    pruned too. Random pruning at initialization with ERK or uniform
     densities is the ``static`` method of the dst family (a random mask, fixed, trained from
     the start). The draw uses the job's seed (ours).
 

@@ -32,7 +32,8 @@ def synflow_scores(
             if tensor.is_floating_point():
                 tensor.abs_()
         for name in layers:
-            named[name].weight.mul_(masks[name].to(torch.float64))
+            weight = named[name].weight
+            weight.mul_(masks[name].to(device=weight.device, dtype=torch.float64))
     weights = {name: named[name].weight.requires_grad_(True) for name in layers}
     device = next(twin.parameters()).device
     out = twin(torch.ones((1, *input_shape), dtype=torch.float64, device=device))

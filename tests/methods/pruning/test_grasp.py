@@ -62,3 +62,20 @@ def test_flops_and_defaults():
     assert (GraSP.Params().samples_per_class, GraSP.Params().temperature) == (10, 200.0)
     with pytest.raises(ValueError, match="temperature"):
         GraSP.Params(temperature=0).validate()
+
+
+def test_the_live_models_batchnorm_statistics_and_gradients_are_untouched():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 2))
+    data = TensorDataset(torch.randn(20, 4), torch.tensor([0, 1] * 10))
+    ctx = make_ctx(model, data=data, input_shape=(4,))
+    bn = {k: v.clone() for k, v in model[1].state_dict().items()}
+    module = ClassificationModule(model, 2, RECIPE, 10)
+    model.eval()
+    GraSP(GraSP.Params(samples_per_class=4), 0.5, ctx).on_fit_start(None, module)
+    assert all(torch.equal(model[1].state_dict()[k], v) for k, v in bn.items())
+    assert not model.training  # its mode is its own
+    assert all(p.grad is None for p in model.parameters())
+    assert module.masks.total_nnz == 18  # half of 24 + 12
+    with pytest.raises(ValueError, match="dense_first_layer"):
+        GraSP.Params(dense_first_layer=True).validate()
