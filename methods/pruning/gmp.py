@@ -10,6 +10,7 @@ import torch
 
 from sparsebench.methods.pruning.base import MaskMethod
 from sparsebench.suite.pillars.classification.init import check_dense_start
+from sparsebench.suite.pillars.classification.masks import check_allocation
 from sparsebench.suite.registry import register
 
 #: Fewest pruning steps (steps of the schedule that raise the sparsity) a GMP run may have.
@@ -71,6 +72,7 @@ class GMP(MaskMethod):
         def validate(self) -> None:
             if self.pruning_frequency is not None and self.pruning_frequency < 1:
                 raise ValueError(f"pruning_frequency must be >= 1, got {self.pruning_frequency}")
+            check_allocation(self.distribution, self.dense_first_layer)
             if self.pruning_steps is not None:
                 if self.pruning_frequency is not None:
                     raise ValueError(

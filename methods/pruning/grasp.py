@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from sparsebench.methods.pruning.base import MaskMethod
+from sparsebench.suite.pillars.classification.masks import check_allocation
 from sparsebench.suite.registry import register
 
 
@@ -70,8 +71,7 @@ class GraSP(MaskMethod):
                 raise ValueError(f"samples_per_class must be >= 1, got {self.samples_per_class}")
             if not self.temperature > 0:
                 raise ValueError(f"temperature must be > 0, got {self.temperature}")
-            if self.dense_first_layer and self.distribution == "global":
-                raise ValueError("dense_first_layer needs distribution erk or uniform")
+            check_allocation(self.distribution, self.dense_first_layer)
 
     def sample(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``samples_per_class`` examples of every class, in a random order of the job's seed

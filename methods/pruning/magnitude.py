@@ -7,6 +7,7 @@ from typing import Literal
 
 from sparsebench.methods.pruning.base import MaskMethod
 from sparsebench.suite.pillars.classification.init import check_dense_start
+from sparsebench.suite.pillars.classification.masks import check_allocation
 from sparsebench.suite.registry import register
 
 
@@ -41,6 +42,7 @@ class MagnitudeOneShot(MaskMethod):
         def validate(self) -> None:
             if not 0.0 < self.dense_fraction < 1.0:
                 raise ValueError(f"dense_fraction must be in (0, 1), got {self.dense_fraction}")
+            check_allocation(self.distribution, self.dense_first_layer)
             check_dense_start(
                 self.init, "one-shot pruning of a trained network trains dense until it prunes"
             )

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from sparsebench.methods.pruning.base import MaskMethod
+from sparsebench.suite.pillars.classification.masks import check_allocation
 from sparsebench.suite.registry import register
 
 
@@ -47,6 +48,7 @@ class SNIP(MaskMethod):
         def validate(self) -> None:
             if self.batch_size is not None and self.batch_size < 1:
                 raise ValueError(f"batch_size must be >= 1 or null, got {self.batch_size}")
+            check_allocation(self.distribution, self.dense_first_layer)
 
     def saliency_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         data = self.ctx.train_data

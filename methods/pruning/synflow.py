@@ -10,7 +10,12 @@ import torch
 from torch import nn
 
 from sparsebench.methods.pruning.base import MaskMethod
-from sparsebench.suite.pillars.classification.masks import layer_densities, n_keep, top_mask
+from sparsebench.suite.pillars.classification.masks import (
+    check_allocation,
+    layer_densities,
+    n_keep,
+    top_mask,
+)
 from sparsebench.suite.registry import register
 
 
@@ -85,8 +90,7 @@ class SynFlow(MaskMethod):
         def validate(self) -> None:
             if self.iterations < 1:
                 raise ValueError(f"iterations must be >= 1, got {self.iterations}")
-            if self.dense_first_layer and self.distribution == "global":
-                raise ValueError("dense_first_layer needs distribution erk or uniform")
+            check_allocation(self.distribution, self.dense_first_layer)
 
     def input_shape(self) -> tuple[int, ...]:
         """The shape of one example (the only thing SynFlow reads from the data)."""

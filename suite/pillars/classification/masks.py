@@ -121,6 +121,13 @@ def _check_density(density: float) -> None:
         raise ValueError(f"density must be in (0, 1], got {density}")
 
 
+def check_allocation(distribution: str, dense_first_layer: bool) -> None:
+    """Refuse what :meth:`MaskStore.allocate` would refuse at fit start, at spec validation:
+    a dense first layer needs per-layer densities, which a global ranking does not have."""
+    if dense_first_layer and distribution == "global":
+        raise ValueError("dense_first_layer needs distribution erk or uniform")
+
+
 def n_keep(numel: int, density: float) -> int:
     """Number of nonzeros a layer of ``numel`` weights keeps at ``density`` (rounded, >= 1)."""
     return max(1, min(numel, int(round(density * numel))))

@@ -58,3 +58,14 @@ def test_dense_first_layer_keeps_the_first_layer_whole():
     m.on_train_epoch_start(type("T", (), {"current_epoch": 2})(), type("M", (), {"masks": store})())
     first = store.masks["0"]
     assert first is None or bool(first.all())  # its 0.1, 0.2 would go without the option
+
+
+@pytest.mark.parametrize("method", ["magnitude_oneshot", "random_oneshot", "gmp", "snip",
+                                    "grasp", "synflow", "progressive_magnitude"])  # fmt: skip
+def test_a_dense_first_layer_with_a_global_ranking_is_refused_at_validation(method):
+    from sparsebench.suite.registry import get_method
+
+    params = get_method(method, ["pruning"]).params_cls
+    with pytest.raises(ValueError, match="dense_first_layer needs distribution erk or uniform"):
+        params(distribution="global", dense_first_layer=True).validate()
+    params(distribution="uniform", dense_first_layer=True).validate()
