@@ -55,7 +55,7 @@ def server(tmp_path):
     with open(log, "w") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sparsebench.suite.warm", str(sock),
-             "--preload", "sparsebench.suite.cli"],
+             "--preload", "sparsebench.suite.cli", "--parent", str(os.getpid())],
             stdout=fh, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     assert _wait_for(lambda: "serving on" in log.read_text()), log.read_text()
@@ -311,14 +311,17 @@ def test_the_servers_exit_handlers_run_once_in_the_server_not_in_every_job(tmp_p
     with open(tmp_path / "warm.log", "w") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sparsebench.suite.warm", str(sock), "--preload",
-             "registers_exit,sparsebench.suite.cli"], stdout=fh, stderr=subprocess.STDOUT, env=env,
+             "registers_exit,sparsebench.suite.cli", "--parent", str(os.getpid())],
+            stdout=fh, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
-    assert _wait_for(lambda: "serving on" in (tmp_path / "warm.log").read_text())
-    spec = _spec(tmp_path)
-    same = {"PYTHONPATH": env["PYTHONPATH"]}  # PYTHONPATH is read at start: it must match
-    got = _job(tmp_path, sock, "cells", "toy", "--cell", "v1", "--spec", spec, extra_env=same)
-    assert got.returncode == 0 and len(_jobs(tmp_path / "warm.log")) == 1
-    assert not marker.exists()
-    proc.terminate()
-    assert proc.wait(timeout=30) == 0
+    try:
+        assert _wait_for(lambda: "serving on" in (tmp_path / "warm.log").read_text())
+        spec = _spec(tmp_path)
+        same = {"PYTHONPATH": env["PYTHONPATH"]}  # PYTHONPATH is read at start: it must match
+        got = _job(tmp_path, sock, "cells", "toy", "--cell", "v1", "--spec", spec, extra_env=same)
+        assert got.returncode == 0 and len(_jobs(tmp_path / "warm.log")) == 1
+        assert not marker.exists()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
     assert marker.read_text() == "x"
