@@ -168,10 +168,7 @@ def _wait(reply, child: int) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
     while True:
-        try:
-            line = reply.readline()
-        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-            continue
+        line = reply.readline()  # a forwarded signal does not end it (PEP 475)
         if not line:  # the server is gone: so must its child be, as a stopped job would
             _stop(child)
             print(f"sparsebench: the warm job server stopped (job pid {child})", file=sys.stderr)
