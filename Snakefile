@@ -34,8 +34,10 @@ onstart:
 onsuccess:
     confirm_in_flight()
     print_ending()
+    release_scheduler_timers()
 
 
 onerror:
     confirm_in_flight()
     print_ending()
+    release_scheduler_timers()

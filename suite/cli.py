@@ -191,8 +191,8 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 
 def _no_records(bench: Path) -> None:
     """Raise the error for a results folder without any record of any pillar."""
+    from sparsebench.suite.frames import TableError
     from sparsebench.suite.pillar import all_pillars
-    from sparsebench.suite.schemas import TableError
 
     state = "" if bench.is_dir() else " (the folder does not exist)"
     raise TableError(
@@ -260,7 +260,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     pillars = all_pillars()
     if not any(parquet_intact(paths.runs_table_in(bench / p)) for p in pillars):
         # verdicts over no table at all would only say "not run"
-        from sparsebench.suite.schemas import TableError
+        from sparsebench.suite.frames import TableError
 
         raise TableError(
             f"no readable runs table under {bench} (<pillar>/runs.parquet for the pillars "

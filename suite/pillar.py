@@ -397,7 +397,12 @@ _loaded = False
 def register_pillar(cls_or_obj: Any) -> Any:
     """Register a :class:`Pillar` subclass (or instance) under its ``name``; usable as a
     class decorator. Raises PillarError for a missing name or a name taken by another class."""
-    obj = cls_or_obj() if isinstance(cls_or_obj, type) else cls_or_obj
+    if isinstance(cls_or_obj, type):
+        old = _PILLARS.get(getattr(cls_or_obj, "name", None) or "")
+        # registering a class again keeps its instance: code holding it sees the same pillar
+        obj = old if type(old) is cls_or_obj else cls_or_obj()
+    else:
+        obj = cls_or_obj
     if not isinstance(obj, Pillar) or not obj.name:
         raise PillarError(f"{cls_or_obj!r} is not a Pillar with a name")
     if not obj.families:

@@ -20,45 +20,15 @@ import pandera.polars as pa
 import polars as pl
 from pandera.errors import SchemaErrors
 
+from sparsebench.suite.frames import TableError, polars_dtype
 from sparsebench.suite.record import COMMON_COLUMNS, STATUSES
 
 # Fields that identify a row in error messages, before the pillar's row key.
 _IDENT_FIELDS: tuple[str, ...] = ("cell_id",)
 
-_DTYPES: dict[type, pl.DataType] = {
-    str: pl.String(),
-    float: pl.Float64(),
-    int: pl.Int64(),
-    bool: pl.Boolean(),
-}
-
-
-def polars_dtype(py_type: type) -> pl.DataType:
-    """The polars dtype a column of :data:`COMMON_COLUMNS` python type ``py_type`` has."""
-    return _DTYPES[py_type]
-
 
 # Polars dtypes of the common columns: what collect_records builds and RunsSchema expects.
 COMMON_DTYPES: dict[str, pl.DataType] = {c: polars_dtype(t) for c, t in COMMON_COLUMNS.items()}
-
-
-class TableError(ValueError):
-    """A table (or the records behind it) is missing or invalid.
-
-    ``rows`` lists the 0-based indices of the offending rows (empty when the problem is not
-    tied to rows, e.g. a wrong dtype or no records at all); ``failure_cases`` holds pandera's
-    raw failure cases when the error came from schema validation.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        rows: Sequence[int] = (),
-        failure_cases: pl.DataFrame | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.rows = list(rows)
-        self.failure_cases = failure_cases
 
 
 class CommonSchema(pa.DataFrameModel):

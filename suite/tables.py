@@ -20,9 +20,9 @@ import polars as pl
 
 from sparsebench.suite import paths
 from sparsebench.suite.atomic import atomic_path, write_atomic
+from sparsebench.suite.frames import TableError, polars_dtype
 from sparsebench.suite.pillar import Pillar, all_pillars, get_pillar
 from sparsebench.suite.record import COMMON_COLUMNS
-from sparsebench.suite.schemas import TableError, polars_dtype, validate_table
 
 # Bookkeeping columns of the incremental rebuild (not record keys).
 SOURCE, MTIME, SIZE, INODE = "source", "source_mtime_ns", "source_size", "source_inode"
@@ -192,6 +192,8 @@ def aggregate(
     else:
         runs = new
     runs = runs.sort(SOURCE, maintain_order=True)
+    from sparsebench.suite.schemas import validate_table  # pandera: only where a table is made
+
     validate_table(
         runs,
         pillar.table,

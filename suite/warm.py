@@ -211,6 +211,13 @@ class Server:
         self.added: dict[str, str] = {}  # variables the preloaded modules set on import
         self.stopping = False
         self.wake: tuple[socket.socket, ...] = ()
+        self.started: dict[int, float] = {}  # child pid -> when it was forked
+
+    @staticmethod
+    def log(text: str) -> None:
+        """One line of the server's log (``logs/warm.log``), with the time of day."""
+        print(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {text}",
+              flush=True)  # fmt: skip
 
     def preload(
         self, modules: Sequence[str] = PRELOAD, pillars: Sequence[str] | None = None
@@ -224,7 +231,7 @@ class Server:
         for name in modules:
             t0 = time.perf_counter()
             importlib.import_module(name)
-            print(f"preloaded {name} in {time.perf_counter() - t0:.2f} s", flush=True)
+            self.log(f"preloaded {name} in {time.perf_counter() - t0:.2f} s")
         # The built-in pillars and their methods; not plug-ins, which the jobs load (one
         # that imports polars at its top must not stop the server).
         from sparsebench.suite.pillar import builtin_pillars
@@ -250,6 +257,8 @@ class Server:
         for end in self.wake:
             end.setblocking(False)
         signal.set_wakeup_fd(self.wake[1].fileno())
+        # A child's exit wakes the select() too (its byte), so its job hears at once.
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         self.sel.register(listener, selectors.EVENT_READ, None)
         self.sel.register(self.wake[0], selectors.EVENT_READ, "wake")
         while not self.stopping:
@@ -275,13 +284,13 @@ class Server:
             request, fds = _receive(conn)
             conn.settimeout(None)
         except (OSError, ValueError) as e:
-            print(f"a job's request was unreadable: {e}", flush=True)
+            self.log(f"a job's request was unreadable: {e}")
             conn.close()
             return
         theirs = request.get("fingerprint") or {}
         if theirs != self.fp:
             keys = sorted(k for k in {*theirs, *self.fp} if theirs.get(k) != self.fp.get(k))
-            print(f"refused a job (its own {', '.join(keys)}): it runs on its own", flush=True)
+            self.log(f"refused a job (its own {', '.join(keys)}): it runs on its own")
             for fd in fds:
                 os.close(fd)
             try:
@@ -309,7 +318,8 @@ class Server:
             os.close(fd)
         self.children[pid] = conn
         self.sel.register(conn, selectors.EVENT_READ, pid)
-        print(f"job {pid}: {' '.join(request['argv'])[:200]}", flush=True)
+        self.started[pid] = time.perf_counter()
+        self.log(f"job {pid}: {' '.join(request['argv'])[:200]}")
         try:
             conn.sendall(f"pid {pid}\n".encode())
         except OSError:  # the job is gone already: so goes its child
@@ -340,6 +350,9 @@ class Server:
 
     def _report(self, pid: int, code: int) -> None:
         conn = self.children.pop(pid, None)
+        t0 = self.started.pop(pid, None)
+        took = "" if t0 is None else f" after {time.perf_counter() - t0:.2f} s"
+        self.log(f"job {pid}: exit {code}{took}")
         if conn is not None:
             try:
                 self.sel.unregister(conn)
@@ -510,9 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 server.preload(PRELOAD, pillars)
         except Exception as e:
-            print(f"not serving: {e}", flush=True)
+            server.log(f"not serving: {e}")
             return 1
-        print(f"serving on {args.socket}", flush=True)
+        server.log(f"serving on {args.socket}")
         server.serve(listener)
     finally:
         listener.close()

@@ -322,3 +322,23 @@ def load_artefact_plan(
         if all(found):
             out.append(ArtefactBatch(b["pillar"], b["name"], tuple(found), b["threads"]))
     return out
+
+
+def release_scheduler_timers() -> int:
+    """Cancel the pending timers of Snakemake's scheduler; returns how many.
+
+    The scheduler re-reads its queue one job-rate timespan (1 s) after every round, each time
+    on a new non-daemon ``threading.Timer``; once the workflow has ended (its onsuccess and
+    onerror handlers) the last of them only holds the process open, for up to that timespan,
+    before Snakemake can exit."""
+    import threading
+
+    timers = [
+        t
+        for t in threading.enumerate()
+        if isinstance(t, threading.Timer)
+        and getattr(t.function, "__module__", "").startswith("snakemake.")
+    ]
+    for t in timers:
+        t.cancel()
+    return len(timers)

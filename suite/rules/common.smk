@@ -19,6 +19,7 @@ from sparsebench.suite.workflow import (
     drop_broken_tables,
     load_artefact_plan,
     load_plan,
+    release_scheduler_timers,
     save_plan,
     unwritable,
     write_stale_markers,

@@ -55,3 +55,10 @@ def test_only_new_or_changed_records_are_read_again(tmp_path, monkeypatch):
     # A record removed from the list leaves the table.
     fewer = [p for p in paths.find_records(folder) if p.parent.name != "v0"]
     assert sorted(tables.aggregate(pillar, fewer, out)["cell_id"]) == ["v1", "v2", "v3"]
+
+
+def test_reading_tables_and_the_summary_do_not_import_pandera():
+    from tests.imports import imported_by
+
+    statement = "from sparsebench.suite import runner, tables"
+    assert imported_by(statement, ["pandera", "pandas"]) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -84,8 +85,23 @@ def _record(tmp_path, value):
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _lines(log: Path) -> list[str]:
+    """The log's lines without their time of day (each starts with one)."""
+    out = []
+    for ln in log.read_text().splitlines():
+        stamp, _, text = ln.partition(" ")
+        assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}", stamp), ln
+        out.append(text)
+    return out
+
+
 def _jobs(log: Path) -> list[str]:
-    return [ln for ln in log.read_text().splitlines() if ln.startswith("job ")]
+    """The jobs the server forked, as logged when it forked them."""
+    return [ln for ln in _lines(log) if ln.startswith("job ") and ": exit " not in ln]
+
+
+def _exits(log: Path) -> list[str]:
+    return [ln for ln in _lines(log) if ln.startswith("job ") and ": exit " in ln]
 
 
 def test_a_job_runs_in_the_server_with_its_folder_environment_and_streams(tmp_path, server):
@@ -111,6 +127,10 @@ def test_exit_code_and_error_are_the_same_as_on_its_own(tmp_path, server):
     assert served.returncode == alone.returncode == 1
     assert "no toy cell 'v9'" in served.stderr
     assert served.stderr == alone.stderr
+    # the server's log says how each job ended, and after how long
+    child = _jobs(log)[0].split()[1].rstrip(":")
+    assert _wait_for(lambda: _exits(log))
+    assert re.fullmatch(rf"job {child}: exit 1 after \d+\.\d\d s", _exits(log)[0])
     # argparse's own exit (2) and a missing results folder (2, one message)
     assert _job(tmp_path, sock, "cells").returncode == 2
     missing = _job(tmp_path, sock, "summary", "results/nope")
@@ -232,7 +252,7 @@ def test_the_server_preloads_what_the_specs_builtin_pillars_need(tmp_path):
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        lines = [proc.stdout.readline() for _ in range(3)]
+        lines = [proc.stdout.readline().split(" ", 1)[1] for _ in range(3)]
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -116,3 +116,24 @@ def test_a_folder_the_user_cannot_write_is_named_before_any_job(tmp_path, monkey
         f"{ro} is not writable by this user (the run writes {ro / 'b' / 'c'})"
     )
     assert workflow.unwritable([tmp_path / "ok" / "results" / "b"]) is None
+
+
+def test_the_workflows_end_cancels_snakemakes_pending_timers_only():
+    import threading
+
+    def requeue():  # as Snakemake's scheduler queues its next round
+        pass
+
+    def other():
+        pass
+
+    requeue.__module__ = "snakemake.scheduling.job_scheduler"
+    theirs, ours = threading.Timer(60, requeue), threading.Timer(60, other)
+    theirs.start()
+    ours.start()
+    try:
+        assert workflow.release_scheduler_timers() == 1
+        theirs.join(timeout=5)
+        assert not theirs.is_alive() and ours.is_alive()
+    finally:
+        ours.cancel()

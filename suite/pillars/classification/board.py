@@ -31,7 +31,7 @@ from sparsebench.suite.boards import (
     sources_lines,
     write_board_files,
 )
-from sparsebench.suite.schemas import TableError
+from sparsebench.suite.frames import TableError
 
 GROUP_KEYS: tuple[str, ...] = ("task", "target_sparsity", "method", "setting_id")
 RANK_KEYS: tuple[str, ...] = ("task", "target_sparsity")
