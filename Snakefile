@@ -34,10 +34,10 @@ onstart:
 onsuccess:
     confirm_in_flight()
     print_ending()
-    release_scheduler_timers()
+    end_of_run(0)
 
 
 onerror:
     confirm_in_flight()
     print_ending()
-    release_scheduler_timers()
+    end_of_run(1)

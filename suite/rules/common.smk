@@ -17,6 +17,7 @@ from sparsebench.suite.workflow import (
     artefact_batches,
     batches,
     drop_broken_tables,
+    exit_without_teardown,
     load_artefact_plan,
     load_plan,
     release_scheduler_timers,
@@ -139,6 +140,14 @@ def print_ending():
     except ValueError as e:  # a table the failed run left unreadable: say so, not a traceback
         text = f"sparsebench: {e}"
     print(f"\n{text}", flush=True)
+
+
+def end_of_run(code):
+    """What the workflow's end does besides the ending: release Snakemake's scheduler timers
+    and, under `sparsebench run`, skip the interpreter's teardown."""
+    release_scheduler_timers()
+    if os.environ.get(RUN_ENV):
+        exit_without_teardown(code)
 
 
 def confirm_in_flight():

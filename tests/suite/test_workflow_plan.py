@@ -137,3 +137,19 @@ def test_the_workflows_end_cancels_snakemakes_pending_timers_only():
         assert not theirs.is_alive() and ours.is_alive()
     finally:
         ours.cancel()
+
+
+def test_exit_without_teardown_keeps_the_code_the_log_and_the_streams(tmp_path):
+    import subprocess
+    import sys
+
+    log = tmp_path / "x.log"
+    code = (
+        "import logging, sys; from sparsebench.suite.workflow import exit_without_teardown;"
+        f"logging.basicConfig(filename={str(log)!r});"
+        "exit_without_teardown(3); logging.warning('kept'); print('flushed', end='');"
+        "sys.exit(0)"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert got.returncode == 3 and got.stdout == "flushed", got.stderr
+    assert "kept" in log.read_text()
