@@ -119,6 +119,7 @@ def make_record() -> MakeRecord:
             "reachable_outputs_init": 1.0,
             "reachable_outputs": 1.0,
             "allocation": None if method == "dense" else "erk",
+            "pattern": None if method == "dense" else "unstructured",
             "allocation_shift": None if method == "dense" else 0.0,
             "init": None if method == "dense" else "default",
             "mask_updates": 0 if method in ("dense", "static") else 4,

@@ -72,6 +72,9 @@ class MaskMethod(Method):
     #: static, and the pruning methods (GMP prunes during training but never regrows: its
     #: magnitude top-k steps are not the cost these columns compare).
     updates_masks: ClassVar[bool] = False
+    #: Whether the method trains dense weights behind its masks (MaskStore straight-through
+    #: layers, SR-STE): its layers must run as dense x mask (``execution: dense_mask``).
+    straight_through: ClassVar[bool] = False
 
     def __init__(self, params: Any, sparsity: float, ctx: RunContext):
         self.params = params
@@ -117,6 +120,18 @@ class MaskMethod(Method):
         ``redistributed`` when it moves weights between layers by a rule of its own; None for
         dense. The record's ``allocation_shift`` measures how far the layers actually moved."""
         return getattr(params, "distribution", None)
+
+    @classmethod
+    def fixed_sparsity(cls, params: Any) -> float | None:
+        """The one sparsity the method reaches whatever the spec asks (N:M patterns: 1 - N/M),
+        or None (the default): its cells then run at the spec's sparsities."""
+        return None
+
+    @classmethod
+    def pattern(cls, params: Any) -> str:
+        """The record's ``pattern``: which weights may be zero. ``unstructured`` (any), or
+        ``N:M`` for at most N nonzeros in every M consecutive weights."""
+        return "unstructured"
 
     @classmethod
     def check_budget(cls, params: Any, total_steps: int) -> None:

@@ -126,8 +126,8 @@ class ClassificationPillar(Pillar):
         for task_name, task in data.get("tasks", {}).items():
             for method in task_methods(data, task_name):
                 info = registry.get_method(method, FAMILIES)
-                sparsities = data["sparsities"] if info.sparse else [0.0]
                 for setting in settings(spec, method):
+                    sparsities = cell_sparsities(info, setting.params, data)
                     trigger = {
                         "method_params": json.loads(setting.params_json),
                         # the task's `methods` filter only selects cells: not a trigger
@@ -246,6 +246,15 @@ def _example_task(method: str | None) -> tuple[str, dict[str, Any]]:
     return _EXAMPLE_TASKS[0]  # its check error is the message a user would see
 
 
+def cell_sparsities(info: Any, params: Any, data: dict[str, Any]) -> list[float]:
+    """The target sparsities of a method setting's cells: the spec's list, or the one the
+    method's pattern fixes (N:M: 1 - N/M); [0.0] for a dense method."""
+    if not info.sparse:
+        return [0.0]
+    fixed = info.cls.fixed_sparsity(params)
+    return data["sparsities"] if fixed is None else [fixed]
+
+
 def task_methods(data: dict[str, Any], task_name: str) -> list[str]:
     """The section's methods that run on task ``task_name`` (its ``methods`` list, else all);
     ``data`` is the ``classification`` section."""
@@ -281,6 +290,12 @@ def _check_execution(data: dict[str, Any], source: str) -> None:
     from sparsebench.kernels import BACKENDS
 
     name = data["execution"]
+    dense = [m for m in data["methods"] if registry.get_method(m, FAMILIES).cls.straight_through]
+    if dense and name != "dense_mask":
+        raise SpecError(
+            f"{source}: {KEY}.execution: {name!r} cannot run {', '.join(dense)}, which "
+            "train(s) dense weights behind the masks; use execution: dense_mask"
+        )
     ok, why = BACKENDS[name].available()
     if ok and name == "triton" and not torch.cuda.is_available():
         ok, why = False, "it needs a CUDA GPU to train (TRITON_INTERPRET=1 is for tests only)"
@@ -327,7 +342,9 @@ def _preflight(spec: Spec) -> None:
                     if registry.get_method(method, FAMILIES).sparse:
                         # methods whose reach depends on the model get its layers too
                         by_layers = "layers" in inspect.signature(cls.check_sparsity).parameters
-                        for sparsity in data["sparsities"]:
+                        for sparsity in cell_sparsities(
+                            registry.get_method(method, FAMILIES), setting.params, data
+                        ):
                             if by_layers:
                                 cls.check_sparsity(setting.params, sparsity, layers)
                             else:

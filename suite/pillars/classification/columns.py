@@ -37,6 +37,9 @@ COLUMNS: dict[str, type] = {
     # layer_densities_json.
     "allocation": str,
     "allocation_shift": float,
+    # Which weights may be zero: unstructured, or N:M (at most N nonzeros in every M
+    # consecutive weights, input channel fastest); null for dense.
+    "pattern": str,
     # The initial-weight rule applied to the initial masks (default | swi | scaled, init.py).
     "init": str,
     # Distinct optimizer steps at which some mask changed during training (all methods,

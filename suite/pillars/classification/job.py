@@ -168,6 +168,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         "layer_densities_json": json.dumps(densities, sort_keys=True),
         "distribution": distribution,
         "allocation": info.cls.final_allocation(params) if store.is_sparse else None,
+        "pattern": info.cls.pattern(params) if store.is_sparse else None,
         "allocation_shift": allocation_shift(
             store, distribution, 1.0 - sparsity, getattr(params, "dense_first_layer", False)
         ),

@@ -135,11 +135,11 @@ class ClassificationModule(pl.LightningModule):
         self._count = {"val": 0, "test": 0, "train": 0}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x)
+        return self.masks.forward(x)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        loss = F.cross_entropy(self.model(x), y)
+        loss = F.cross_entropy(self.masks.forward(x), y)
         if not torch.isfinite(loss):
             raise DivergedError(
                 f"training loss is {loss.item()} at step {self.global_step} "
@@ -158,7 +158,7 @@ class ClassificationModule(pl.LightningModule):
 
     def _eval_step(self, batch, stage: str) -> None:
         x, y = batch
-        logits = self.model(x)
+        logits = self.masks.forward(x)
         self._loss_sum[stage] += F.cross_entropy(logits, y, reduction="sum").item()
         self._count[stage] += int(y.numel())
         self.metrics[stage].update(logits, y)

@@ -14,6 +14,11 @@ enforces it in three places, so masked weights stay exactly zero with momentum a
 3. :meth:`MaskStore.set_mask` zeroes the optimizer state (momentum, Adam moments) at every
    position whose mask bit changed, so regrown weights start from a clean state.
 
+A *straight-through* layer (:meth:`MaskStore.set_straight_through`, SR-STE) is the exception:
+its weights stay dense and are trained as such, its mask applies in the forward only
+(:meth:`MaskStore.forward`, through :class:`~.nm.SparseRefinedSTE`), until
+:meth:`MaskStore.end_straight_through` prunes the weights to their masks.
+
 Layer-wise density allocation: :func:`uniform_densities` and :func:`erk_densities` (Evci et al.
 2020, "Rigging the Lottery", Sec. 3 and the reference implementation's ``get_sparsities``).
 """
@@ -169,6 +174,9 @@ class MaskStore:
         self.counting = False
         self.update_steps: set[int] = set()
         self._optimizers: list[torch.optim.Optimizer] = []
+        # Layers whose mask applies in the forward only (dense weights behind it) -> the
+        # sparse-refined decay of their pruned weights.
+        self.straight_through: dict[str, float] = {}
         self._hooks = [
             layer.weight.register_hook(self._grad_hook(name)) for name, layer in self.layers.items()
         ]
@@ -226,7 +234,8 @@ class MaskStore:
                     f"mask for {name} has shape {tuple(mask.shape)}, weight has {tuple(w.shape)}"
                 )
             mask = mask.to(device=w.device, dtype=torch.bool)
-            w.mul_(mask)
+            if name not in self.straight_through:
+                w.mul_(mask)
         self.masks[name] = mask
         old_b = torch.ones_like(w, dtype=torch.bool) if old is None else old
         new_b = torch.ones_like(w, dtype=torch.bool) if mask is None else mask
@@ -236,7 +245,8 @@ class MaskStore:
         if reset is not None:
             changed |= reset.to(changed.device)
         if changed.any():
-            self._reset_optimizer_state(w, changed)
+            if name not in self.straight_through:  # its weights and their state stay dense
+                self._reset_optimizer_state(w, changed)
             born = (changed & new_b).cpu()
             self.active_since[name][born] = self.step
 
@@ -323,11 +333,44 @@ class MaskStore:
         return kept / self.total
 
     def apply(self) -> None:
-        """Multiply every masked weight by its mask (idempotent)."""
+        """Multiply every masked weight by its mask (idempotent); straight-through layers keep
+        their dense weights."""
         with torch.no_grad():
             for name, mask in self.masks.items():
-                if mask is not None:
+                if mask is not None and name not in self.straight_through:
                     self.weight(name).mul_(mask)
+
+    # -- straight-through layers ---------------------------------------------------------
+    def set_straight_through(self, name: str, decay: float) -> None:
+        """Train layer ``name``'s dense weights behind its mask: the forward uses W ⊙ M, the
+        gradient reaches every weight, plus ``decay`` (1 - M) ⊙ W (SR-STE, :mod:`.nm`)."""
+        self.straight_through[name] = float(decay)
+
+    @torch.no_grad()
+    def end_straight_through(self) -> None:
+        """Prune every straight-through layer's weights to its mask and make it an ordinary
+        masked layer (what is evaluated and recorded after training)."""
+        layers, self.straight_through = self.straight_through, {}
+        for name in layers:
+            mask = self.masks[name]
+            if mask is not None:
+                self.weight(name).mul_(mask)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's output, with straight-through layers' weights masked in the forward
+        (the plain ``model(x)`` when there are none)."""
+        if not self.straight_through:
+            return self.model(x)
+        from torch.func import functional_call
+
+        from .nm import SparseRefinedSTE
+
+        weights = {
+            f"{name}.weight": SparseRefinedSTE.apply(self.weight(name), self.masks[name], decay)
+            for name, decay in self.straight_through.items()
+            if self.masks[name] is not None
+        }
+        return functional_call(self.model, weights, (x,))
 
     # -- enforcement ---------------------------------------------------------------------
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
@@ -343,7 +386,9 @@ class MaskStore:
             if self.capture_dense_grads:
                 self.dense_grads[name] = grad.detach().clone()
             mask = self.masks[name]
-            return grad if mask is None else grad * mask
+            if mask is None or name in self.straight_through:
+                return grad
+            return grad * mask
 
         return hook
 

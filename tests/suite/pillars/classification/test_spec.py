@@ -162,3 +162,28 @@ def test_a_haste_head_the_output_budget_cannot_pay_is_refused_at_validation(tmp_
         _load(tmp_path, data)
     data["methods"]["haste"] = {}
     assert _load(tmp_path, data)
+
+
+def test_nm_methods_run_at_their_patterns_sparsity_whatever_the_list(tmp_path):
+    data = copy.deepcopy(BASE)
+    del data["tasks"]["cnn"]
+    data["methods"] = {
+        "static": {},
+        "sr_ste": {"pattern": ["2:4", "1:4"]},
+        "nm_magnitude": {"pattern": "4:8"},
+    }
+    data["sparsities"] = [0.9, 0.95]
+    cells = get_pillar("classification").cells(_load(tmp_path, data))
+    got = sorted({(c.method, c.setting_id, c.columns["target_sparsity"]) for c in cells})
+    assert [(m, s) for m, _, s in got] == [
+        ("nm_magnitude", 0.5), ("sr_ste", 0.5), ("sr_ste", 0.75), ("static", 0.9), ("static", 0.95)
+    ]  # fmt: skip
+
+
+def test_a_straight_through_method_needs_dense_mask_execution(tmp_path):
+    data = copy.deepcopy(BASE)
+    del data["tasks"]["cnn"]
+    data["methods"] = {"sr_ste": {}}
+    data["execution"] = "torch_csr"
+    with pytest.raises(SpecError, match=r"execution: 'torch_csr' cannot run sr_ste.*dense_mask"):
+        _load(tmp_path, data)
