@@ -17,7 +17,7 @@ setting, before any job starts, and again when the job starts.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -44,6 +44,8 @@ class RunContext:
         generator: a CPU ``torch.Generator`` seeded from ``seed``, for mask randomness.
         flops: the training FLOPs counter (methods add their extra costs to it).
         train_data: the training set, for methods that look at data (e.g. SNIP's batch).
+        new_model: builds a new model of the task, randomly initialised from the global
+            torch seed (a method's control that trains a mask from fresh weights).
     """
 
     total_steps: int
@@ -54,6 +56,7 @@ class RunContext:
     generator: torch.Generator
     flops: TrainFlopsCounter
     train_data: Dataset
+    new_model: Callable[[], nn.Module] | None = None
 
 
 class MaskMethod(Method):
@@ -125,6 +128,21 @@ class MaskMethod(Method):
     def fixed_sparsity(cls, params: Any) -> float | None:
         """The one sparsity the method reaches whatever the spec asks (N:M patterns: 1 - N/M),
         or None (the default): its cells then run at the spec's sparsities."""
+        return None
+
+    @classmethod
+    def training_steps(cls, params: Any, sparsity: float, recipe_steps: int) -> int:
+        """Optimizer steps the method trains for, given the recipe's ``recipe_steps``: the
+        recipe's by default; more for a method that trains several rounds (IMP's levels),
+        whose records then count every round's FLOPs."""
+        return recipe_steps
+
+    @classmethod
+    def schedule_position(
+        cls, params: Any, sparsity: float, recipe_steps: int
+    ) -> Callable[[int], int] | None:
+        """Global step -> step of the recipe's learning-rate schedule, for a method that
+        trains more than ``recipe_steps`` (None: the identity)."""
         return None
 
     @classmethod

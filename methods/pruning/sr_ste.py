@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparsebench.methods.pruning.nm_magnitude import NMPatternMethod, parse_nm
-from sparsebench.suite.pillars.classification.nm import nm_mask
+from sparsebench.suite.pillars.classification.nm import nm_mask, sr_ste_forward
 from sparsebench.suite.registry import register
 
 
@@ -60,7 +60,7 @@ class SRSTE(NMPatternMethod):
         store = pl_module.masks
         for name in store.layers:
             if nm_mask(store.weight(name).detach().abs(), *self.nm) is not None:
-                store.set_straight_through(name, self.params.decay)
+                store.set_straight_through(name, sr_ste_forward(self.params.decay))
         self._refresh(store)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:

@@ -88,7 +88,9 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     val_loader = DataLoader(data.val, batch_size=eval_bs)
     test_loader = DataLoader(data.test, batch_size=eval_bs)
     steps_per_epoch = len(train_loader)
-    total_steps = steps_per_epoch * recipe["epochs"]
+    recipe_steps = steps_per_epoch * recipe["epochs"]
+    # more than the recipe for a method that trains several rounds (IMP's levels)
+    total_steps = info.cls.training_steps(params, sparsity, recipe_steps)
 
     dense_flops = layer_flops(model, data.input_shape)
     counter = TrainFlopsCounter(dense_flops)
@@ -101,13 +103,23 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         generator=torch.Generator().manual_seed(10_000 + seed),
         flops=counter,
         train_data=data.train,
+        new_model=lambda: build_model(task["model"], data.input_shape, data.num_classes),
     )
-    module = ClassificationModule(model, data.num_classes, recipe, total_steps)
+    module = ClassificationModule(
+        model,
+        data.num_classes,
+        recipe,
+        recipe_steps,
+        info.cls.schedule_position(params, sparsity, recipe_steps),
+    )
     use_backend(module.model, module.masks, sec["execution"])
     method = info.cls(params, sparsity, ctx)
     callbacks, connectivity = run_callbacks(method, ctx, data.input_shape)
+    rounds = total_steps != recipe_steps
     trainer = quiet_trainer(
-        max_epochs=recipe["epochs"],
+        # the recipe's epochs, or the steps of every round of a method that trains several
+        max_epochs=-1 if rounds else recipe["epochs"],
+        max_steps=total_steps if rounds else -1,
         # The cpu kernels take CPU tensors: such a job stays on the CPU even next to a GPU.
         accelerator="cpu" if sec["execution"] in CPU_EXECUTION else "auto",
         devices=1,
@@ -129,6 +141,12 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
 
     store = module.masks
     densities = store.densities()
+    # one dense run of the recipe: every round of a multi-round method (IMP) counts against it
+    dense_run = (
+        3.0 * counter.f_dense * len(data.train) * recipe["epochs"]
+        if rounds
+        else counter.dense_total
+    )
     # Trained: active for at least the last TRAINED_FRACTION of the run (see table.py).
     trained_density = store.trained_density(math.ceil(TRAINED_FRACTION * total_steps))
     f_sparse = sparse_forward_flops(dense_flops, densities)
@@ -157,7 +175,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         "steps": trainer.global_step,
         "train_flops": counter.total,
         "inference_flops": f_sparse,
-        "train_flops_rel_dense": counter.total / counter.dense_total,
+        "train_flops_rel_dense": counter.total / dense_run,
         "inference_flops_rel_dense": f_sparse / f_dense,
         "params_total": params_total,
         "params_nonzero": params_total - masked_out,

@@ -5,6 +5,7 @@ callback (the methods' base class and run context are the family contract, in
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -109,6 +110,10 @@ def lr_lambda(recipe: dict[str, Any], total_steps: int):
     raise ValueError(f"unknown schedule {schedule!r}; allowed: constant, cosine, step")
 
 
+def _composed(factor: Callable[[int], float], position: Callable[[int], int]):
+    return lambda step: factor(position(step))
+
+
 class ClassificationModule(pl.LightningModule):
     """Supervised classification with cross-entropy; the model's masks live in ``self.masks``.
 
@@ -116,18 +121,26 @@ class ClassificationModule(pl.LightningModule):
         model: maps ``(B, *input_shape)`` to logits ``(B, num_classes)``.
         num_classes: number of classes.
         recipe: the spec's training recipe (optimizer, lr, momentum, weight_decay, schedule).
-        total_steps: optimizer steps of the whole run (for the lr schedule).
+        total_steps: optimizer steps of the recipe (the lr schedule's length).
+        schedule_position: global step -> step of that schedule, for a method that trains
+            several rounds (IMP); None: the global step itself.
     Raises (during fit): DivergedError when a training loss is NaN or infinite.
     """
 
     def __init__(
-        self, model: nn.Module, num_classes: int, recipe: dict[str, Any], total_steps: int
+        self,
+        model: nn.Module,
+        num_classes: int,
+        recipe: dict[str, Any],
+        total_steps: int,
+        schedule_position: Callable[[int], int] | None = None,
     ):
         super().__init__()
         self.model = model
         self.masks = MaskStore(model)
         self.recipe = recipe
         self.total_steps = total_steps
+        self.schedule_position = schedule_position
         self.metrics = nn.ModuleDict(
             {s: MulticlassAccuracy(num_classes, average="micro") for s in ("val", "test")}
         )
@@ -197,5 +210,8 @@ class ClassificationModule(pl.LightningModule):
                 self.parameters(), lr=r["lr"], weight_decay=r.get("weight_decay", 0.0)
             )
         self.masks.attach(opt)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(r, self.total_steps))
+        factor = lr_lambda(r, self.total_steps)
+        if self.schedule_position is not None:
+            factor = _composed(factor, self.schedule_position)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -14,9 +14,10 @@ enforces it in three places, so masked weights stay exactly zero with momentum a
 3. :meth:`MaskStore.set_mask` zeroes the optimizer state (momentum, Adam moments) at every
    position whose mask bit changed, so regrown weights start from a clean state.
 
-A *straight-through* layer (:meth:`MaskStore.set_straight_through`, SR-STE) is the exception:
-its weights stay dense and are trained as such, its mask applies in the forward only
-(:meth:`MaskStore.forward`, through :class:`~.nm.SparseRefinedSTE`), until
+A *straight-through* layer (:meth:`MaskStore.set_straight_through`: SR-STE, movement pruning)
+is the exception: its weights are not zeroed (masked weights keep their values and may come
+back), its mask applies in the forward only, through the method's own function of weight and
+mask (:meth:`MaskStore.forward`), which also says what gradient reaches the weights, until
 :meth:`MaskStore.end_straight_through` prunes the weights to their masks.
 
 Layer-wise density allocation: :func:`uniform_densities` and :func:`erk_densities` (Evci et al.
@@ -26,12 +27,14 @@ Layer-wise density allocation: :func:`uniform_densities` and :func:`erk_densitie
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
 
 PRUNABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d)
+# A straight-through layer's forward weight from its weight and mask (None: dense).
+StraightThrough = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 DISTRIBUTIONS = ("erk", "uniform")
 # Pruning methods may also rank all layers jointly (one global threshold).
 ALLOCATIONS = (*DISTRIBUTIONS, "global")
@@ -174,9 +177,9 @@ class MaskStore:
         self.counting = False
         self.update_steps: set[int] = set()
         self._optimizers: list[torch.optim.Optimizer] = []
-        # Layers whose mask applies in the forward only (dense weights behind it) -> the
-        # sparse-refined decay of their pruned weights.
-        self.straight_through: dict[str, float] = {}
+        # Layers whose mask applies in the forward only (weights kept behind it) -> the
+        # method's forward weight, a function of the weight and the mask.
+        self.straight_through: dict[str, StraightThrough] = {}
         self._hooks = [
             layer.weight.register_hook(self._grad_hook(name)) for name, layer in self.layers.items()
         ]
@@ -341,10 +344,12 @@ class MaskStore:
                     self.weight(name).mul_(mask)
 
     # -- straight-through layers ---------------------------------------------------------
-    def set_straight_through(self, name: str, decay: float) -> None:
-        """Train layer ``name``'s dense weights behind its mask: the forward uses W ⊙ M, the
-        gradient reaches every weight, plus ``decay`` (1 - M) ⊙ W (SR-STE, :mod:`.nm`)."""
-        self.straight_through[name] = float(decay)
+    def set_straight_through(self, name: str, forward: StraightThrough) -> None:
+        """Keep layer ``name``'s weights behind its mask: the forward uses ``forward(W, M)``
+        (M None while the layer is dense), whose backward decides what reaches W (SR-STE: the
+        dense gradient, :mod:`.nm`; movement pruning: the masked one); the store neither zeroes
+        the masked weights nor masks their gradient nor resets their optimizer state."""
+        self.straight_through[name] = forward
 
     @torch.no_grad()
     def end_straight_through(self) -> None:
@@ -363,12 +368,9 @@ class MaskStore:
             return self.model(x)
         from torch.func import functional_call
 
-        from .nm import SparseRefinedSTE
-
         weights = {
-            f"{name}.weight": SparseRefinedSTE.apply(self.weight(name), self.masks[name], decay)
-            for name, decay in self.straight_through.items()
-            if self.masks[name] is not None
+            f"{name}.weight": forward(self.weight(name), self.masks[name])
+            for name, forward in self.straight_through.items()
         }
         return functional_call(self.model, weights, (x,))
 

@@ -47,6 +47,15 @@ def nm_groups_ok(mask: torch.Tensor, n: int, m: int) -> bool:
     return bool((counts == n).all())
 
 
+def sr_ste_forward(decay: float):
+    """A straight-through layer's forward (``MaskStore.set_straight_through``) for SR-STE."""
+
+    def forward(weight: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return weight if mask is None else SparseRefinedSTE.apply(weight, mask, decay)
+
+    return forward
+
+
 class SparseRefinedSTE(torch.autograd.Function):
     """W̃ = W ⊙ M forward; backward the straight-through gradient with the sparse-refined term,
     ∂L/∂W = ∂L/∂W̃ + λ_W (1 - M) ⊙ W (Zhou et al. 2021, Eq. 4): the pruned weights get the

@@ -9,6 +9,7 @@ from sparsebench.suite.pillars.classification.nm import (
     SparseRefinedSTE,
     nm_groups_ok,
     nm_mask,
+    sr_ste_forward,
 )
 
 
@@ -62,7 +63,7 @@ def _store(seed=0):
 def test_a_straight_through_layer_keeps_dense_weights_and_masks_only_its_forward():
     model, store = _store()
     w0 = model[0].weight.detach().clone()
-    store.set_straight_through("0", 0.0)
+    store.set_straight_through("0", sr_ste_forward(0.0))
     mask = nm_mask(w0.abs(), 2, 4)
     store.set_mask("0", mask)
     assert torch.equal(model[0].weight.detach(), w0)  # not zeroed
