@@ -40,8 +40,8 @@ class IMP(MaskMethod):
 
     Budget: IMP trains the whole recipe once per level; the run is T + L (T - k) steps for L
     levels, and its training FLOPs count every level (``train_flops_rel_dense`` is relative
-    to one dense run of the recipe, so IMP shows its full cost, e.g. about 9x at 80 %:
-    L = 8). Layers: every prunable layer but the output layer, which stays dense (open_lth's
+    to one dense run of the recipe, so IMP shows its full cost: 4.4x at 80 % on LeNet-300-100,
+    L = 8 levels, the later ones training sparse). Layers: every prunable layer but the output layer, which stays dense (open_lth's
     ``pruning_layers_to_ignore: fc.weight`` for its LeNet and ResNet defaults); the target
     sparsity still counts every prunable weight, so the others are pruned a little further.
 
