@@ -41,9 +41,18 @@ class IMP(MaskMethod):
     Budget: IMP trains the whole recipe once per level; the run is T + L (T - k) steps for L
     levels, and its training FLOPs count every level (``train_flops_rel_dense`` is relative
     to one dense run of the recipe, so IMP shows its full cost: 4.4x at 80 % on LeNet-300-100,
-    L = 8 levels, the later ones training sparse). Layers: every prunable layer but the output layer, which stays dense (open_lth's
-    ``pruning_layers_to_ignore: fc.weight`` for its LeNet and ResNet defaults); the target
-    sparsity still counts every prunable weight, so the others are pruned a little further.
+    L = 8 levels, the later ones training sparse).
+
+    Layers, as open_lth (not Frankle & Carbin, who prune LeNet layer by layer at 20 % with the
+    output layer at half that rate): one global ranking over every prunable layer but the
+    output layer (the last prunable layer the model defines), which stays dense (open_lth's
+    ``pruning_layers_to_ignore: fc.weight``); the target sparsity still counts every
+    prunable weight, as open_lth's count does, so the others are pruned a little further.
+
+    Ours besides: with k > 0 the first training is one continuous run (open_lth restarts its
+    optimizer at k there too); the data order goes on from level to level (open_lth can
+    replay it); each level keeps round(0.8^level) of the weights (open_lth removes
+    ceil(0.2 x remaining)).
 
     Defaults from open_lth's ``mnist_lenet_300_100`` (``sparse_global``,
     ``pruning_fraction: 0.2``, ``pruning_layers_to_ignore: fc.weight``, rewinding to init);

@@ -11,6 +11,17 @@ from sparsebench.suite.pillars.classification.masks import check_allocation
 from sparsebench.suite.registry import register
 
 
+def refuse_single_epoch(name: str, total_steps: int, steps_per_epoch: int) -> None:
+    """One-shot pruning prunes at an epoch's start after at least one dense epoch and
+    fine-tunes after it: a one-epoch run would never prune (a dense run recorded as sparse)."""
+    if total_steps // max(steps_per_epoch, 1) < 2:
+        raise ValueError(
+            f"{name} prunes at the start of an epoch after dense training and fine-tunes "
+            f"after it: it needs at least 2 epochs, the recipe has {total_steps} steps of "
+            f"{steps_per_epoch} per epoch"
+        )
+
+
 @register("magnitude_oneshot", family="pruning")
 class MagnitudeOneShot(MaskMethod):
     """Train dense, prune once by global weight magnitude, fine-tune the sparse network.
@@ -46,6 +57,10 @@ class MagnitudeOneShot(MaskMethod):
             check_dense_start(
                 self.init, "one-shot pruning of a trained network trains dense until it prunes"
             )
+
+    @classmethod
+    def check_budget(cls, params, total_steps: int, steps_per_epoch: int) -> None:
+        refuse_single_epoch(cls.method_name, total_steps, steps_per_epoch)
 
     @property
     def prune_epoch(self) -> int:

@@ -20,16 +20,20 @@ class Movement(GMP):
     it), and the mask keeps each layer's largest scores (TopK per weight matrix): the weights
     moving away from zero, whatever their size. The kept fraction follows the cubic schedule
     of Zhu & Gupta from 1 to the target, updated at every step, after a dense warm-up and
-    with a final stretch at the target (the authors' ``initial_warmup: 1`` and
-    ``final_warmup: 2`` epochs of 10: ``begin_fraction: 0.1``, ``end_fraction: 0.8``). Masked
-    weights keep their values and their scores go on moving, so a weight can come back.
-    At the end the weights are pruned to the last mask.
+    with a final stretch at the target, where the mask is still chosen by the top scores at
+    every step (the authors' ``initial_warmup: 1`` and ``final_warmup: 2``, in units of their
+    ``--warmup_steps``, about one of their 10 SQuAD epochs: ``begin_fraction: 0.1``,
+    ``end_fraction: 0.8``). Masked weights keep their values and their scores go on moving, so
+    a weight can come back. At the end the weights are pruned to the last mask.
 
     Ours, where the source is silent or its setting differs: the scores take plain gradient
     steps (Eq. 5 as written; the authors' script gives them Adam at lr 1e-2, which changes
     the ranking's weighting over time; the TopK ranking does not depend on a plain step's
     size); the masked weights get no gradient but the recipe's weight decay (the same
-    optimizer as every method of the board); the paper fine-tunes a pretrained BERT, here
+    optimizer as every method of the board); every prunable layer is pruned, the first and
+    the output layer too (the authors prune the encoder's linear layers and keep the
+    embeddings and the task head dense); the kept count is rounded (``n_keep``; the authors
+    floor it); the paper fine-tunes a pretrained BERT, here
     the network is trained from scratch, the regime where the paper reports magnitude
     pruning doing as well or better (Sec. 6). Soft movement pruning (a threshold on σ(S)
     with an L1 penalty whose λ sets the sparsity) is not here: it reaches no given target.
@@ -69,20 +73,27 @@ class Movement(GMP):
         """W' = W ⊙ M whose gradient g also moves the scores: S ← S - g ⊙ W."""
 
         def forward(weight: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-            used = weight if mask is None else weight * mask
-            if used.requires_grad:
-                w = weight.detach()
+            if not torch.is_grad_enabled():  # evaluation: nothing moves
+                return weight if mask is None else weight * mask
+            # W' is a new tensor of this forward's graph even without a mask (a view): a hook
+            # on the weight itself would stay and fire again at every later backward
+            used = weight.view_as(weight) if mask is None else weight * mask
+            w = weight.detach()
 
-                def move(grad: torch.Tensor) -> None:  # returns None: the gradient stays
-                    scores.sub_(grad * w)
+            def move(grad: torch.Tensor) -> None:  # returns None: the gradient stays
+                scores.sub_(grad * w)
 
-                used.register_hook(move)
+            used.register_hook(move)
             return used
 
         return forward
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        s_t = self.sparsity_at(trainer.global_step)
+        step = trainer.global_step
+        s_t = self.sparsity_at(step)
+        t0, _, dt, n = self.schedule(self.params, self.ctx.total_steps)
+        if s_t is None and step > t0 + n * dt:
+            s_t = self.sparsity  # after the schedule the top scores still choose, at s_f
         if s_t is None or s_t <= 0.0:
             return
         store = pl_module.masks

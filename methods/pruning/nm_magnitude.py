@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparsebench.methods.pruning.base import MaskMethod
+from sparsebench.methods.pruning.magnitude import refuse_single_epoch
 from sparsebench.suite.pillars.classification.nm import nm_eligible, nm_mask
 from sparsebench.suite.registry import register
 
@@ -84,6 +85,10 @@ class NMMagnitude(NMPatternMethod):
             parse_nm(self.pattern)
             if not 0.0 < self.dense_fraction < 1.0:
                 raise ValueError(f"dense_fraction must be in (0, 1), got {self.dense_fraction}")
+
+    @classmethod
+    def check_budget(cls, params, total_steps: int, steps_per_epoch: int) -> None:
+        refuse_single_epoch(cls.method_name, total_steps, steps_per_epoch)
 
     @property
     def prune_epoch(self) -> int:

@@ -31,7 +31,8 @@ class SRSTE(NMPatternMethod):
     1 - N/M, whatever the spec's list: the cells of this method run at that sparsity only.
 
     Training FLOPs per example: sparse forward and sparse activation gradient, dense weight
-    gradient (every step is an update of W): ``2 f_S + f_D``.
+    gradient (every step is an update of W): ``2 f_S + f_D``; a FLOP count, not what hardware
+    saves (sparse tensor cores speed up W̃ᵀ's product only with transposable masks).
 
     Source: Zhou et al. 2021, "Learning N:M Fine-grained Structured Sparse Neural Networks
     From Scratch", ICLR, Sec. 3-4 (Eq. 3-4, Algorithm 1); defaults from the paper and
@@ -72,6 +73,10 @@ class SRSTE(NMPatternMethod):
         self.ctx.flops.add(
             self.ctx.flops.dense_grad_extra(store.densities(), int(batch[0].shape[0]))
         )
+
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        if pl_module.masks.straight_through:  # the mask of the weights being validated
+            self._refresh(pl_module.masks)
 
     def on_train_end(self, trainer, pl_module) -> None:
         store = pl_module.masks

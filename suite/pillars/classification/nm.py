@@ -5,8 +5,12 @@ estimator that trains such masks from scratch (SR-STE).
 Groups follow the authors' reference code (github.com/aojunzz/NM-sparsity,
 ``devkit/sparse_ops``): the weight flattened with the input channel fastest, a convolution's
 (out, in, kh, kw) as (out, kh, kw, in) and a linear layer's (out, in) as it is, cut into
-consecutive groups of M. A weight whose size is not a multiple of M cannot be cut so (their
-code fails on it); here such a layer stays dense (ours), and its density in the record says so.
+consecutive groups of M. As in their code, a group may run across two output rows (or kernel
+positions) where a row's length is not a multiple of M (LeNet-300-100's second and third
+layers at 4:8): the N:M count holds, but that is not a layout sparse tensor cores take
+(NVIDIA's ASP skips such layers). A weight whose size is not a multiple of M cannot be cut at
+all (their code fails on it); here such a layer stays dense (ours), and its density in the
+record says so.
 """
 
 from __future__ import annotations

@@ -110,3 +110,16 @@ def test_a_target_the_dense_output_layer_alone_exceeds_is_refused():
         IMP.check_sparsity(IMP.Params(), 0.6, layers)
     IMP.check_sparsity(IMP.Params(prune_output_layer=True), 0.6, layers)
     IMP.check_sparsity(IMP.Params(), 0.4, layers)
+
+
+def test_every_level_resumes_the_recipes_learning_rate_at_k():
+    from sparsebench.suite.pillars.classification.lit import ClassificationModule, lr_lambda
+
+    recipe = {"lr": 0.1, "schedule": "cosine"}
+    p = IMP.Params(rewind_fraction=0.2)
+    model = nn.Sequential(nn.Linear(4, 3))
+    module = ClassificationModule(model, 3, recipe, 100, IMP.schedule_position(p, 0.5, 100))
+    sched = module.configure_optimizers()["lr_scheduler"]["scheduler"]
+    factor, base = sched.lr_lambdas[0], lr_lambda(recipe, 100)
+    assert factor(99) == base(99) and factor(100) == base(20) and factor(179) == base(99)
+    assert factor(180) == base(20)  # the next level

@@ -58,18 +58,51 @@ def test_masked_weights_get_no_gradient_but_their_scores_move():
     assert bool((method.scores["0"][~mask] != 0).any())
 
 
-def test_defaults_are_the_authors_schedule():
-    p = Movement.Params()
-    assert (p.begin_fraction, p.end_fraction, p.pruning_frequency, p.distribution) == (
-        0.1, 0.8, 1, "uniform"
-    )  # fmt: skip
-
-
-def test_the_score_hook_leaves_the_weights_gradient_as_it_is():
+def test_scores_sum_over_steps_and_evaluation_forwards_add_nothing():
     model, store, method, _ = _setup(3)
+    expected = {n: torch.zeros_like(method.scores[n]) for n in store.layers}
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        x = torch.randn(4, 6)
+        with torch.no_grad():
+            store.forward(x)  # validation: no score moves, no hook stays
+        with torch.inference_mode():
+            store.forward(x)
+        w = {n: store.weight(n).detach().clone() for n in store.layers}
+        # the gradient of the used weight, by an independent forward on plain tensors
+        w0, w2 = (w[n].clone().requires_grad_() for n in ("0", "2"))
+        (((torch.relu(x @ w0.T) @ w2.T) ** 2).sum()).backward()
+        expected["0"] -= w0.grad * w["0"]
+        expected["2"] -= w2.grad * w["2"]
+        opt.zero_grad()
+        (store.forward(x) ** 2).sum().backward()
+        opt.step()
+    for n in store.layers:
+        assert torch.allclose(method.scores[n], expected[n], atol=1e-5), n
+    assert len(model[0].weight._backward_hooks) == 1  # the store's own: no hook piles up
+
+
+def test_the_mask_still_follows_the_scores_after_the_schedule():
+    model, store, method, module = _setup(4)
+    t0, t_end, dt, n = method.schedule(method.params, method.ctx.total_steps)
+    after = t0 + n * dt + 3
+    assert method.sparsity_at(after) is None
+    method.scores["0"].copy_(torch.arange(30.0).view(5, 6))
+    method.on_train_batch_start(type("T", (), {"global_step": after})(), module, None, 0)
+    first = store.masks["0"].clone()
+    assert int(first.sum()) == n_keep(30, 0.4)
+    method.scores["0"].copy_(-torch.arange(30.0).view(5, 6))
+    method.on_train_batch_start(type("T", (), {"global_step": after + 1})(), module, None, 0)
+    assert not torch.equal(first, store.masks["0"])
+
+
+def test_a_masked_layer_passes_the_masked_gradient_to_its_weights():
+    model, store, method, module = _setup(5)
+    mask = torch.rand(5, 6) > 0.5
+    store.set_mask("0", mask)
     x = torch.randn(4, 6)
+    w0, w2 = model[0].weight.detach().clone(), model[2].weight.detach().clone()
     (store.forward(x) ** 2).sum().backward()
-    got = model[0].weight.grad.clone()
-    model.zero_grad()
-    (model(x) ** 2).sum().backward()  # no mask yet: the plain model's gradient
-    assert torch.allclose(got, model[0].weight.grad)
+    u = (w0 * mask).requires_grad_()
+    ((torch.relu(x @ u.T) @ w2.T) ** 2).sum().backward()
+    assert torch.allclose(model[0].weight.grad, u.grad * mask, atol=1e-6)

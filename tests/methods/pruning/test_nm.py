@@ -140,3 +140,26 @@ def test_sr_ste_trains_dense_weights_moves_the_mask_and_ends_n_m_sparse():
     # 2 f_S + f_D per example: the sparse forward and activation gradient, the dense W gradient
     f_d = counter.f_dense
     assert counter.total == pytest.approx(30 * 16 * (2 * 0.5 * f_d + f_d))
+
+
+def test_sr_ste_keeps_the_optimizer_state_of_weights_that_leave_the_mask():
+    model, store = _store(4)
+    store.set_straight_through("0", sr_ste_forward(2e-4))
+    store.set_mask("0", nm_mask(model[0].weight.detach().abs(), 2, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    store.attach(opt)
+    (store.forward(torch.randn(5, 8)) ** 2).sum().backward()
+    opt.step()
+    buf = opt.state[model[0].weight]["momentum_buffer"].clone()
+    flipped = ~store.masks["0"]  # every weight changes side
+    store.set_mask("0", flipped)
+    assert torch.equal(opt.state[model[0].weight]["momentum_buffer"], buf)
+
+
+def test_one_shot_pruning_needs_two_epochs():
+    from sparsebench.methods.pruning.magnitude import MagnitudeOneShot
+
+    for cls in (NMMagnitude, MagnitudeOneShot):
+        with pytest.raises(ValueError, match="at least 2 epochs"):
+            cls.check_budget(cls.Params(), 20, 20)
+        cls.check_budget(cls.Params(), 40, 20)
