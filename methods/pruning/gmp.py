@@ -136,6 +136,14 @@ class GMP(MaskMethod):
         return s_f + (s_i - s_f) * (1.0 - progress) ** 3
 
     @classmethod
+    def check_sparsity(cls, params: Params, sparsity: float) -> None:
+        if params.initial_sparsity >= sparsity:
+            raise ValueError(
+                f"initial_sparsity {params.initial_sparsity} must be below the target "
+                f"sparsity {sparsity}: the schedule only prunes"
+            )
+
+    @classmethod
     def check_budget(cls, params: Params, total_steps: int) -> None:
         t0, t_end, dt, n = cls.schedule(params, total_steps)
         count = cls.pruning_step_count(params, n)

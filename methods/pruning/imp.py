@@ -12,6 +12,13 @@ from sparsebench.methods.pruning.base import MaskMethod
 from sparsebench.suite.pillars.classification.masks import n_keep
 from sparsebench.suite.registry import register
 
+#: Latest rewinding step, as a fraction of the recipe (ours: Frankle et al. 2020 rewind within
+#: the first few percent of training; later, each level would retrain too little).
+MAX_REWIND = 0.5
+#: Most pruning levels a run may take (ours: 20 % per level reaches 99.9 % in 31; a tiny
+#: ``pruning_fraction`` would retrain the recipe thousands of times).
+MAX_LEVELS = 40
+
 
 def levels_to(sparsity: float, fraction: float) -> int:
     """Pruning levels that remove ``fraction`` of the remaining weights each until the
@@ -76,8 +83,12 @@ class IMP(MaskMethod):
         def validate(self) -> None:
             if not 0.0 < self.pruning_fraction < 1.0:
                 raise ValueError(f"pruning_fraction must be in (0, 1), got {self.pruning_fraction}")
-            if not 0.0 <= self.rewind_fraction < 1.0:
-                raise ValueError(f"rewind_fraction must be in [0, 1), got {self.rewind_fraction}")
+            if not 0.0 <= self.rewind_fraction <= MAX_REWIND:
+                raise ValueError(
+                    f"rewind_fraction must be in [0, {MAX_REWIND}], got {self.rewind_fraction}: "
+                    "IMP rewinds to the start or to an early step, and every level retrains "
+                    "from there"
+                )
 
     @classmethod
     def final_allocation(cls, params: Params) -> str:
@@ -85,6 +96,13 @@ class IMP(MaskMethod):
 
     @classmethod
     def check_sparsity(cls, params: Params, sparsity: float, layers: dict) -> None:
+        levels = levels_to(sparsity, params.pruning_fraction)
+        if levels > MAX_LEVELS:
+            raise ValueError(
+                f"pruning_fraction {params.pruning_fraction} needs {levels} levels (each a "
+                f"training of the whole recipe) to reach sparsity {sparsity}; at most "
+                f"MAX_LEVELS = {MAX_LEVELS} (methods/pruning/imp.py): raise pruning_fraction"
+            )
         if params.prune_output_layer or not layers:
             return
         *rest, out = layers.values()

@@ -59,6 +59,12 @@ class Movement(GMP):
         def validate(self) -> None:
             if self.init != "default":
                 check_dense_start(self.init, "movement pruning starts dense")
+            if self.pruning_steps is not None and self.pruning_frequency == 1:
+                raise ValueError(
+                    f"pruning_steps {self.pruning_steps} scales Δt to the run, but movement "
+                    "pruning updates its mask every step by default (pruning_frequency: 1); "
+                    "set pruning_frequency: null with it"
+                )
             super().validate()
 
     def on_fit_start(self, trainer, pl_module) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sparsebench.methods.pruning.base import MaskMethod
@@ -13,17 +14,31 @@ from sparsebench.suite.registry import register
 def parse_nm(pattern: str) -> tuple[int, int]:
     """(N, M) of an ``"N:M"`` pattern; ValueError unless 0 < N < M (2:4 and 4:8 in the
     papers; 1:4 and 2:8 in Zhou et al.'s tables)."""
-    n, sep, m = str(pattern).partition(":")
-    if not (sep and n.isdigit() and m.isdigit() and 0 < int(n) < int(m)):
+    match = re.fullmatch(r"([1-9][0-9]*):([1-9][0-9]*)", str(pattern))
+    n, m = match.groups() if match else ("0", "0")
+    if not 0 < int(n) < int(m):
         raise ValueError(f"pattern must be 'N:M' with 0 < N < M (e.g. '2:4'), got {pattern!r}")
     return int(n), int(m)
 
 
+#: Least share of the prunable weights an N:M pattern must reach (ours): the layers whose size
+#: is not a multiple of M stay dense, and a pattern that leaves most weights dense would be
+#: filed at a sparsity the network is far from.
+MIN_NM_COVERAGE = 0.5
+
+
 def check_nm_layers(m: int, layers: dict) -> None:
-    """Refuse a model none of whose prunable layers splits into groups of ``m``."""
-    if not any(nm_eligible(tuple(layer.weight.shape), m) for layer in layers.values()):
-        shapes = ", ".join(f"{k} {tuple(v.weight.shape)}" for k, v in layers.items())
-        raise ValueError(f"no prunable layer's size is a multiple of m={m} ({shapes})")
+    """Refuse a model whose layers that split into groups of ``m`` hold less than
+    :data:`MIN_NM_COVERAGE` of its prunable weights."""
+    total = sum(v.weight.numel() for v in layers.values())
+    dense = {k: v for k, v in layers.items() if not nm_eligible(tuple(v.weight.shape), m)}
+    if total and sum(v.weight.numel() for v in dense.values()) > (1 - MIN_NM_COVERAGE) * total:
+        shapes = ", ".join(f"{k} {tuple(v.weight.shape)}" for k, v in dense.items())
+        raise ValueError(
+            f"no N:M pattern with m={m} for most of this model: the layers whose size is not "
+            f"a multiple of m stay dense ({shapes}), more than {1 - MIN_NM_COVERAGE:.0%} of "
+            "the prunable weights (MIN_NM_COVERAGE, methods/pruning/nm_magnitude.py)"
+        )
 
 
 class NMPatternMethod(MaskMethod):

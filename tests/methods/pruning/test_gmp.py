@@ -178,3 +178,13 @@ def test_dense_first_layer_keeps_the_first_layer_whole():
     first = store.masks["0"]
     assert first is None or bool(first.all())
     assert store.masks["1"] is not None and not bool(store.masks["1"].all())
+
+
+def test_an_initial_sparsity_at_or_above_the_target_is_refused():
+    from sparsebench.methods.pruning.movement import Movement
+
+    with pytest.raises(ValueError, match="initial_sparsity 0.95 must be below the target"):
+        GMP.check_sparsity(GMP.Params(initial_sparsity=0.95), 0.9)
+    GMP.check_sparsity(GMP.Params(initial_sparsity=0.5), 0.9)
+    with pytest.raises(ValueError, match="set pruning_frequency: null with it"):
+        Movement.Params(pruning_steps=10).validate()

@@ -123,3 +123,12 @@ def test_every_level_resumes_the_recipes_learning_rate_at_k():
     factor, base = sched.lr_lambdas[0], lr_lambda(recipe, 100)
     assert factor(99) == base(99) and factor(100) == base(20) and factor(179) == base(99)
     assert factor(180) == base(20)  # the next level
+
+
+def test_late_rewinding_and_endless_levels_are_refused():
+    with pytest.raises(ValueError, match=r"rewind_fraction must be in \[0, 0.5\], got 0.99"):
+        IMP.Params(rewind_fraction=0.99).validate()
+    layers = {"a": nn.Linear(10, 100), "out": nn.Linear(100, 2)}
+    with pytest.raises(ValueError, match="needs 1609 levels .* MAX_LEVELS = 40"):
+        IMP.check_sparsity(IMP.Params(pruning_fraction=0.001), 0.8, layers)
+    IMP.check_sparsity(IMP.Params(), 0.8, layers)
