@@ -199,3 +199,10 @@ def test_all_problems_reported_at_once(good) -> None:
     err = rejected(good)
     assert err.rows == [1, 2]
     assert err.failure_cases is not None and err.failure_cases.height >= 2
+
+
+def test_a_pattern_other_than_unstructured_or_n_m_is_refused(good) -> None:
+    good[1]["pattern"] = "2:4"
+    validate_runs(frame(good))
+    good[1]["pattern"] = "blocks"
+    assert "column 'pattern'" in str(rejected(good))

@@ -46,6 +46,7 @@ class ClassificationSchema(CommonSchema):
     distribution: str = pa.Field(isin=["erk", "uniform", "global"], nullable=True)
     allocation: str = pa.Field(isin=["erk", "uniform", "global", "redistributed"], nullable=True)
     allocation_shift: float = pa.Field(ge=0.0, le=1.0, nullable=True)
+    pattern: str = pa.Field(str_matches=r"^(unstructured|[1-9][0-9]*:[1-9][0-9]*)$", nullable=True)
     init: str = pa.Field(isin=["default", "swi", "scaled"], nullable=True)
     mask_updates: int = pa.Field(ge=0, nullable=True)
     trained_density: float = pa.Field(ge=0.0, le=1.0, nullable=True)
