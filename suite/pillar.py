@@ -227,6 +227,10 @@ class Pillar:
     row_key: ClassVar[tuple[str, ...]] = ()
     metrics: ClassVar[tuple[Metric, ...]] = ()
     replicate: ClassVar[str] = "seed"
+    # Numeric columns that are axes of the cell id (one cell per value, e.g. a target
+    # sparsity): a claim reads them with `where`, never with `at`, which interpolates along a
+    # method's settings.
+    cell_axes: ClassVar[tuple[str, ...]] = ()
     # The column that holds a row's method (claims check its values against the registry)
     # and the names that column may hold besides registered methods (references, baselines).
     method_column: ClassVar[str] = "method"

@@ -257,6 +257,12 @@ def _check_at(t: dict[str, Any], columns: dict[str, type], used: list[str], wher
         )
     if col == t["metric"]:
         raise ClaimError(f"{where}: at: {col!r} is the claim's metric; read it at another column")
+    if col in get_pillar(t["pillar"]).cell_axes:
+        raise ClaimError(
+            f"{where}: at: {col!r} is an axis of pillar {t['pillar']!r}'s cells (one cell per "
+            "value), not an outcome of a method's settings; write one claim per value with "
+            f"where: {{{col}: x}}"
+        )
     if col in used:
         raise ClaimError(
             f"{where}: at: {col!r} is also a filter (where, a, b or order); the sweep is read "

@@ -42,6 +42,7 @@ class ClassificationPillar(Pillar):
     moved_keys = ("tasks", "methods", "sparsities", "seeds", "execution", "infer", "distribution")
     columns = COLUMNS
     row_key = IDENT
+    cell_axes = ("target_sparsity", "epochs")
     # deterministic (a spread of zero over seeds is evidence, and `stat: exact` is allowed):
     # what is counted, not measured. actual_sparsity (every method keeps exactly n_keep
     # nonzeros) and the FLOPs, which are a formula of the layer shapes and the run's own

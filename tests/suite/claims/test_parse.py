@@ -222,3 +222,12 @@ def test_the_reproduction_spec_judges_on_seeds_no_board_spec_runs():
         for pillar in seeded:
             shared = set(board.get(pillar, {}).get("seeds", [])) & set(claims_spec[pillar]["seeds"])
             assert not shared, f"{path.name} runs {pillar} seeds {sorted(shared)}"
+
+
+def test_at_refuses_an_axis_of_the_cell_id(claim_file):
+    claim = one(kind="order", pillar="classification", metric="test_acc",
+                a={"method": "magnitude_oneshot"}, b={"method": "random_oneshot"}, op=">",
+                at={"target_sparsity": [0.9, 0.95]})  # fmt: skip
+    with pytest.raises(ClaimError, match=r"at: 'target_sparsity' is an axis of pillar "
+                       r"'classification''s cells .* where: \{target_sparsity: x\}"):  # fmt: skip
+        load_file(claim_file([claim]))
