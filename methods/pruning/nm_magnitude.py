@@ -30,15 +30,23 @@ MIN_NM_COVERAGE = 0.5
 def check_nm_layers(m: int, layers: dict) -> None:
     """Refuse a model whose layers that split into groups of ``m`` hold less than
     :data:`MIN_NM_COVERAGE` of its prunable weights."""
-    total = sum(v.weight.numel() for v in layers.values())
-    dense = {k: v for k, v in layers.items() if not nm_eligible(tuple(v.weight.shape), m)}
-    if total and sum(v.weight.numel() for v in dense.values()) > (1 - MIN_NM_COVERAGE) * total:
+    if _coverage(m, layers) < MIN_NM_COVERAGE:
+        dense = {k: v for k, v in layers.items() if not nm_eligible(tuple(v.weight.shape), m)}
         shapes = ", ".join(f"{k} {tuple(v.weight.shape)}" for k, v in dense.items())
+        fits = [c for c in (4, 8, 2, 16) if _coverage(c, layers) >= MIN_NM_COVERAGE]
+        hint = f"; M = {', '.join(map(str, fits))} fit this model" if fits else ""
         raise ValueError(
-            f"no N:M pattern with m={m} for most of this model: the layers whose size is not "
-            f"a multiple of m stay dense ({shapes}), more than {1 - MIN_NM_COVERAGE:.0%} of "
-            "the prunable weights (MIN_NM_COVERAGE, methods/pruning/nm_magnitude.py)"
+            f"pattern with M = {m} leaves most of this model dense: a layer whose size is not "
+            f"a multiple of M stays dense ({shapes}), more than {1 - MIN_NM_COVERAGE:.0%} of "
+            f"the prunable weights (MIN_NM_COVERAGE, methods/pruning/nm_magnitude.py){hint}"
         )
+
+
+def _coverage(m: int, layers: dict) -> float:
+    """Share of the prunable weights in layers that split into groups of ``m``."""
+    total = sum(v.weight.numel() for v in layers.values())
+    cut = sum(v.weight.numel() for v in layers.values() if nm_eligible(tuple(v.weight.shape), m))
+    return cut / total if total else 1.0
 
 
 class NMPatternMethod(MaskMethod):

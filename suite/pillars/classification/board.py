@@ -73,6 +73,27 @@ LEADERBOARD_SCHEMA: dict[str, pl.DataType] = {
 # ---------------------------------------------------------------------------- leaderboard
 
 
+def _setting_labels(runs: pl.DataFrame) -> pl.DataFrame:
+    """(method, setting_id) -> the board's setting label: the readable non-default
+    parameters, with an N:M pattern always named (its default, 2:4, would read "default")."""
+    labels = runs.group_by("method", "setting_id", maintain_order=True).agg(
+        pl.col("setting").first(),
+        (pl.col("pattern") if "pattern" in runs.columns else pl.lit(None, pl.String))
+        .drop_nulls()
+        .first()
+        .alias("_pattern"),
+    )
+    nm = pl.col("_pattern").str.contains(r"^\d+:\d+$") & ~pl.col("setting").str.contains("pattern=")
+    named = (
+        pl.when(pl.col("setting") == "default")
+        .then(pl.lit("pattern=") + pl.col("_pattern"))
+        .otherwise(pl.lit("pattern=") + pl.col("_pattern") + pl.lit(", ") + pl.col("setting"))
+    )
+    return labels.with_columns(
+        pl.when(nm.fill_null(False)).then(named).otherwise(pl.col("setting")).alias("setting")
+    ).drop("_pattern")
+
+
 def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
     """One row per (task, target_sparsity, method, setting_id) with statistics over seeds.
 
@@ -136,7 +157,7 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
         .group_by("task")
         .agg(pl.col("train_wall_s").mean().alias("_dense_wall"))
     )
-    labels = runs.group_by("method", "setting_id").agg(pl.col("setting").first())
+    labels = _setting_labels(runs)
     board = (
         stats.join(failed, on=keys, how="full", coalesce=True, nulls_equal=True)
         .join(labels, on=["method", "setting_id"], how="left")

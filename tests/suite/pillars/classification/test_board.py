@@ -366,3 +366,17 @@ def test_board_shows_allocation_trained_density_and_the_lowest_reach(make_record
         "distribution", "trained_density", "reachable_outputs_init", "reachable_outputs"
     )
     assert build_leaderboard(old)["reachable_outputs_min"].to_list() == [None]
+
+
+def test_an_n_m_row_names_its_pattern_even_at_its_default_setting(make_record) -> None:
+    recs = [
+        make_record(method="sr_ste", setting="default", setting_id="default", pattern="2:4"),
+        make_record(method="sr_ste", setting="decay=0.0", setting_id="pd", pattern="2:4"),
+        make_record(method="sr_ste", setting="pattern=4:8", setting_id="p48", pattern="4:8"),
+        make_record(method="rigl"),
+    ]
+    board = build_leaderboard(pl.from_dicts(recs, schema_overrides=DTYPES))
+    labels = dict(board.select("setting_id", "setting").rows())
+    assert labels["default"] == "pattern=2:4" and labels["pd"] == "pattern=2:4, decay=0.0"
+    assert labels["p48"] == "pattern=4:8"
+    assert board.filter(pl.col("method") == "rigl")["setting"].item() == "default"
