@@ -464,12 +464,13 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
         )
     data = _fill_defaults(data, schema)
     spec = Spec(data, source, pillars)
-    _check_claims(spec)
+    claims = _check_claims(spec)
+    cells_of: dict[str, list[Any]] = {}
     for name in pillars:
         pillar = all_pillars()[name]
         try:
             pillar.check(spec)
-            cells = pillar.cells(spec)
+            cells = cells_of[name] = pillar.cells(spec)
             ids = [c.id for c in cells]
             if len(set(ids)) < len(ids):
                 twice = next(i for i in ids if ids.count(i) > 1)
@@ -487,6 +488,7 @@ def validate(data: Any, source: str = "<spec>") -> Spec:
                 )
         except registry.RegistryError as e:
             raise SpecError(str(e)) from None
+    _check_claim_cells(spec, claims, cells_of)
     return spec
 
 
@@ -511,12 +513,12 @@ def _refuse_moved_keys(data: dict[str, Any], source: str) -> None:
             )
 
 
-def _check_claims(spec: Spec) -> None:
+def _check_claims(spec: Spec) -> list[Any]:
     """The spec's claim files load (``claims.ClaimError`` as a SpecError naming the spec key)
-    and address only pillars that the spec runs."""
+    and address only pillars that the spec runs; returns their claims."""
     files = spec.claim_files()
     if not files:
-        return
+        return []
     from sparsebench.suite.claims import ClaimError, load_files
 
     try:
@@ -530,6 +532,39 @@ def _check_claims(spec: Spec) -> None:
                 f"{c.test['pillar']!r}, which this spec does not run (its pillars: "
                 f"{', '.join(spec.pillars)}); add its section or drop the file"
             )
+    return found
+
+
+def _same(want: Any, have: Any) -> bool:
+    if isinstance(want, bool) or isinstance(have, bool):
+        return want is have
+    if isinstance(want, int | float) and isinstance(have, int | float):
+        return math.isclose(want, have, rel_tol=1e-9, abs_tol=1e-12)
+    return want == have
+
+
+def _check_claim_cells(spec: Spec, claims: list[Any], cells_of: dict[str, list[Any]]) -> None:
+    """Every selector of every claim (with its ``where``) matches some cell this spec runs,
+    on the keys a cell knows before it runs (method, seed, setting and the pillar's cell
+    columns; a key only the records hold, such as a measured column, is not checked here): a
+    claim that can address nothing would be judged "not run" only after the whole run."""
+    for c in claims:
+        cells = cells_of.get(c.test["pillar"], [])
+        known = [
+            {"method": x.method, "seed": x.seed, "setting_id": x.setting_id, **x.columns}
+            for x in cells
+        ]
+        for sel in c.selectors:
+            filters = {**c.test.get("where", {}), **sel}
+            if not any(
+                all(_same(v, k[col]) for col, v in filters.items() if col in k) for k in known
+            ):
+                shown = ", ".join(f"{col}={v}" for col, v in filters.items())
+                raise SpecError(
+                    f"{spec.source}: claims: {c.file}: claim {c.id!r}: no cell of this spec "
+                    f"matches {shown}; a filter in the test's where applies to every "
+                    "selector (a, b and order alike)"
+                )
 
 
 def read_yaml(path: Path, what: str, error: type[ValueError]) -> Any:

@@ -130,9 +130,10 @@ def test_ids_are_names_and_unique_across_files(claim_file):
 def test_a_spec_names_its_claim_files_and_they_are_checked(claim_file, tmp_path):
     recipe = {"epochs": 1, "batch_size": 64, "lr": 0.05}
     task = {"dataset": "digits", "model": "lenet300_100", "recipe": recipe}
-    section = {"tasks": {"t": task}, "methods": {"static": {}}, "sparsities": [0.9], "seeds": [0]}
+    section = {"tasks": {"t": task}, "methods": {"static": {}, "dense": {}}, "sparsities": [0.9],
+               "seeds": [0]}  # fmt: skip
     base = {"benchmark": "b", "classification": section}
-    good = claim_file([one(**{**ORDER, "a": {"method": "static"}})])
+    good = claim_file([one(**{**ORDER, "a": {"method": "static"}, "b": {"method": "dense"}})])
     assert validate({**base, "claims": [str(good)]}, "s.yaml").data["claims"] == [str(good)]
     with pytest.raises(SpecError, match=r"s\.yaml: claims: .*missing\.yaml: claim file not"):
         validate({**base, "claims": [str(tmp_path / "missing.yaml")]}, "s.yaml")
@@ -231,3 +232,21 @@ def test_at_refuses_an_axis_of_the_cell_id(claim_file):
     with pytest.raises(ClaimError, match=r"at: 'target_sparsity' is an axis of pillar "
                        r"'classification''s cells .* where: \{target_sparsity: x\}"):  # fmt: skip
         load_file(claim_file([claim]))
+
+
+def test_a_claim_that_can_address_no_cell_of_the_spec_is_refused(claim_file):
+    recipe = {"epochs": 1, "batch_size": 64, "lr": 0.05}
+    task = {"dataset": "digits", "model": "lenet300_100", "recipe": recipe}
+    methods = {"dense": {}, "static": {}}
+    section = {"tasks": {"t": task}, "methods": methods, "sparsities": [0.9], "seeds": [0]}
+    base = {"benchmark": "b", "classification": section}
+    order = {"kind": "order", "pillar": "classification", "metric": "test_acc", "op": ">"}
+    fine = {**order, "a": {"method": "static", "target_sparsity": 0.9}, "b": {"method": "dense"}}
+    validate({**base, "claims": [str(claim_file([one(**fine)], name="ok.yaml"))]}, "s.yaml")
+    # a test-level where reaches the dense side too, whose cells sit at sparsity 0
+    bad = {**order, "where": {"target_sparsity": 0.9}, "a": {"method": "static"},
+           "b": {"method": "dense"}}  # fmt: skip
+    path = claim_file([one(**bad)], name="bad.yaml")
+    with pytest.raises(SpecError, match=r"bad\.yaml: claim 'c-1': no cell of this spec matches "
+                       r"target_sparsity=0\.9, method=dense"):  # fmt: skip
+        validate({**base, "claims": [str(path)]}, "s.yaml")
