@@ -217,3 +217,9 @@ def test_claim_files_are_found_beside_the_spec_and_for_embedded_specs_in_the_che
         "  sparsities: [0.9]\n  seeds: [0]\n"
     )
     assert load(own / "s.yaml").claim_files() == [str(own / "mine.yaml")]
+
+
+def test_a_top_level_init_is_told_to_move_under_its_section(tmp_path):
+    spec = {"benchmark": "t", "init": "swi", "classification": SECTION}
+    with pytest.raises(SpecError, match=r"init: these keys belong to the `classification:` sec"):
+        load(_write(tmp_path, spec, "init.yaml"))

@@ -39,7 +39,16 @@ class ClassificationPillar(Pillar):
     title = "Dynamic sparse training and pruning"
     families = FAMILIES
     spec_keys = (KEY,)
-    moved_keys = ("tasks", "methods", "sparsities", "seeds", "execution", "infer", "distribution")
+    moved_keys = (
+        "tasks",
+        "methods",
+        "sparsities",
+        "seeds",
+        "execution",
+        "infer",
+        "distribution",
+        "init",
+    )
     columns = COLUMNS
     row_key = IDENT
     cell_axes = ("target_sparsity", "epochs")
