@@ -70,10 +70,15 @@ class MagnitudeOneShot(MaskMethod):
         """What is kept: the largest of these (|w|)."""
         return {n: store.weight(n).detach().abs() for n in store.layers}
 
+    def prune(self, store) -> None:
+        """The one pruning step: keep the largest :meth:`scores` at the target density."""
+        store.allocate(
+            self.density,
+            self.scores(store),
+            self.params.distribution,
+            self.params.dense_first_layer,
+        )
+
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         if trainer.current_epoch == self.prune_epoch:
-            store = pl_module.masks
-            scores = self.scores(store)
-            store.allocate(
-                self.density, scores, self.params.distribution, self.params.dense_first_layer
-            )
+            self.prune(pl_module.masks)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from sparsebench.methods.pruning.base import MaskMethod
-from sparsebench.methods.pruning.magnitude import refuse_single_epoch
+from sparsebench.methods.pruning.magnitude import MagnitudeOneShot
 from sparsebench.suite.pillars.classification.nm import nm_eligible, nm_mask
 from sparsebench.suite.registry import register
 
@@ -77,7 +77,7 @@ class NMPatternMethod(MaskMethod):
 
 
 @register("nm_magnitude", family="pruning")
-class NMMagnitude(NMPatternMethod):
+class NMMagnitude(NMPatternMethod, MagnitudeOneShot):
     """Train dense, prune once to N:M by weight magnitude (the N largest |w| of every M
     consecutive weights, input channel fastest), fine-tune with the mask fixed: NVIDIA's
     recipe for 2:4 sparse tensor cores (Mishra et al. 2021, Sec. 3: train dense, prune 2:4
@@ -109,17 +109,7 @@ class NMMagnitude(NMPatternMethod):
             if not 0.0 < self.dense_fraction < 1.0:
                 raise ValueError(f"dense_fraction must be in (0, 1), got {self.dense_fraction}")
 
-    @classmethod
-    def check_budget(cls, params, total_steps: int, steps_per_epoch: int) -> None:
-        refuse_single_epoch(cls.method_name, total_steps, steps_per_epoch)
-
-    @property
-    def prune_epoch(self) -> int:
-        return max(1, min(self.ctx.epochs - 1, round(self.params.dense_fraction * self.ctx.epochs)))
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        if trainer.current_epoch == self.prune_epoch:
-            store = pl_module.masks
-            for name in store.layers:
-                w = store.weight(name).detach()
-                store.set_mask(name, nm_mask(w.abs(), *self.nm))
+    def prune(self, store) -> None:
+        """One-shot magnitude's step (its schedule and budget checks), N:M masks of |w|."""
+        for name in store.layers:
+            store.set_mask(name, nm_mask(store.weight(name).detach().abs(), *self.nm))
