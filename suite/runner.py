@@ -520,6 +520,11 @@ class WarmServer:
 
         return {**os.environ, ENV: str(self.socket)}
 
+    def terminate(self) -> None:
+        """Ask the server to stop (its teardown then overlaps what the run does next)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+
     def stop(self) -> None:
         import shutil
 
@@ -584,9 +589,13 @@ def _run_snakemake(
         cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env
     )
     try:
-        while proc.poll() is None:
+        while True:
             on_tick()
-            time.sleep(POLL_S)
+            try:  # returns as soon as Snakemake exits, not at the next tick
+                proc.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
         on_tick()
     except BaseException:
         if proc.poll() is None:
@@ -636,9 +645,30 @@ def run(opts: RunOptions, out: TextIO = sys.stdout) -> int:
     try:
         env = {**(warm.env() if warm else os.environ), RUN_ENV: "1"}
         code = _run_snakemake(cmd, log, watcher.poll, env)
+    except BaseException:
+        if warm is not None:
+            warm.stop()
+        raise
+    if warm is not None:
+        warm.terminate()
+    try:
+        return _finish(opts, spec, bench, log, start, code, watcher, out)
     finally:
         if warm is not None:
             warm.stop()
+
+
+def _finish(
+    opts: RunOptions,
+    spec: Path,
+    bench: str,
+    log: Path,
+    start: float,
+    code: int,
+    watcher: Watcher,
+    out: TextIO,
+) -> int:
+    """After the workflow: the run's record, the report when asked, the ending."""
     wall = time.time() - start
     if watcher.progress is not None:
         remember(watcher.progress)

@@ -16,12 +16,15 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pandera.polars as pa
 import polars as pl
-from pandera.errors import SchemaErrors
 
-from sparsebench.suite.frames import TableError, polars_dtype
+from sparsebench.suite.frames import TableError, polars_dtype, without_hypothesis
 from sparsebench.suite.record import COMMON_COLUMNS, STATUSES
+
+with without_hypothesis():
+    import pandera.backends.polars.builtin_checks  # noqa: F401 - what validation imports later
+    import pandera.polars as pa
+    from pandera.errors import SchemaErrors
 
 # Fields that identify a row in error messages, before the pillar's row key.
 _IDENT_FIELDS: tuple[str, ...] = ("cell_id",)

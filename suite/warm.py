@@ -17,10 +17,14 @@ own, exactly as without the server, whenever the server cannot serve it: no serv
 server's (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``, ...), or a server that has gone.
 
 Only modules that start no thread of their own are preloaded: a fork copies only the calling
-thread, and polars (jemalloc's background threads, its spill cleaner) is not fork-safe, so
-polars and pandera are imported by the jobs that need them (boards, summary). The server
-checks this after preloading and refuses to serve otherwise. torch, NumPy and OpenBLAS
-re-create their thread pools after a fork (the way PyTorch's DataLoader workers start).
+thread, and polars (jemalloc's background threads, its spill cleaner) and pandas are not
+fork-safe. The server checks this after preloading and refuses to serve otherwise. torch,
+NumPy and OpenBLAS re-create their thread pools after a fork (the way PyTorch's DataLoader
+workers start). The jobs that read and write tables (aggregate and boards, summary, claims)
+need polars and pandera (0.5-0.9 s of imports): the server keeps a *standby*, a child forked
+ahead of time that imports them and then waits for the next such job and becomes it; a new
+standby is forked as soon as one is taken. A standby that died (or none yet) leaves its job to
+an ordinary fork.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ENV = "SPARSEBENCH_WARM"  # the server's socket path, set by `sparsebench run` for Snakemake
@@ -59,6 +63,7 @@ IMPORT_TIME_PREFIXES = (
     "LD_",
     "PYTHON",
     "MPLBACKEND",
+    "POLARS_",
 )
 # Set per job by Snakemake (from the rule's threads) and honoured by the child at run time:
 # thread counts through threadpoolctl, the others are read when used, not when imported.
@@ -84,6 +89,15 @@ PRELOAD = (
     "sparsebench.suite.job",
     "sparsebench.suite.lightning",
     "sparsebench.suite.cli",
+)
+# Jobs that read and write tables. They need polars and pandera, which no fork may follow, so
+# each runs in a standby: a child forked ahead of its job that imports these meanwhile.
+TABLE_COMMANDS = frozenset({"aggregate", "summary", "claims"})
+TABLE_PRELOAD = (
+    "polars",
+    "sparsebench.suite.schemas",
+    "sparsebench.suite.tables",
+    "sparsebench.suite.boards",
 )
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 LIGHT_PRELOAD = ("threadpoolctl", "sparsebench.suite.cli")
@@ -212,6 +226,9 @@ class Server:
         self.stopping = False
         self.wake: tuple[socket.socket, ...] = ()
         self.started: dict[int, float] = {}  # child pid -> when it was forked
+        self.standby: tuple[int, socket.socket] | None = None  # pid, channel of a table job
+        self.table_modules: list[str] = []  # what a standby imports
+        self.listener: socket.socket | None = None
 
     @staticmethod
     def log(text: str) -> None:
@@ -251,6 +268,7 @@ class Server:
                 "run on their own"
             )
         self.added = {k: v for k, v in os.environ.items() if before.get(k) != v}
+        self.table_modules = [*TABLE_PRELOAD, *_pillar_modules(pillars, ("table", "board"))]
 
     def serve(self, listener: socket.socket) -> None:
         self.wake = socket.socketpair()  # a signal's byte ends select() without its timeout
@@ -261,6 +279,8 @@ class Server:
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         self.sel.register(listener, selectors.EVENT_READ, None)
         self.sel.register(self.wake[0], selectors.EVENT_READ, "wake")
+        self.listener = listener
+        self._spawn_standby()
         while not self.stopping:
             for key, _ in self.sel.select(timeout=0.2):
                 if key.data is None:
@@ -299,23 +319,15 @@ class Server:
                 pass
             conn.close()
             return
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # Held until the child has its own handlers: one arriving between the fork and them
-        # would run the server's handler in the child and be lost.
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            others = [listener, conn, *self.wake, *self.children.values()]
-            request["env"] = {**request["env"], **self.added}  # as if imported there
-            _child(request, fds, close=[s.fileno() for s in others])
-        try:  # here too: a signal for the group may come before the child has run
-            os.setpgid(pid, pid)
-        except OSError:  # the child got there first (or has exec'd, which it never does)
-            pass
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        for fd in fds:
+        request["env"] = {**request["env"], **self.added}  # as if imported there
+        table = request["argv"][0] in TABLE_COMMANDS
+        pid = self._hand_to_standby(request, fds) if table else None
+        if pid is None:
+            pid = self._fork(lambda close: _child(request, fds, close), extra=[conn])
+        for fd in fds:  # before the next fork: no other child may hold the job's streams
             os.close(fd)
+        if table and self.standby is None and not self.stopping:
+            self._spawn_standby()
         self.children[pid] = conn
         self.sel.register(conn, selectors.EVENT_READ, pid)
         self.started[pid] = time.perf_counter()
@@ -324,6 +336,56 @@ class Server:
             conn.sendall(f"pid {pid}\n".encode())
         except OSError:  # the job is gone already: so goes its child
             self._job_gone(conn, pid)
+
+    def _fork(self, child: Callable[[list[int]], None], extra: Sequence[socket.socket] = ()) -> int:
+        """Fork ``child(fds to close)`` (which never returns) as its own process group."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Held until the child has its own handlers: one arriving between the fork and them
+        # would run the server's handler in the child and be lost.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        pid = os.fork()
+        if pid == 0:  # the child: only the server's sockets, never its jobs' or standby's
+            others = [*extra, *self.wake, *self.children.values()]
+            if self.listener is not None:
+                others.append(self.listener)
+            if self.standby is not None:
+                others.append(self.standby[1])
+            child([s.fileno() for s in others])
+        try:  # here too: a signal for the group may come before the child has run
+            os.setpgid(pid, pid)
+        except OSError:  # the child got there first (or has exec'd, which it never does)
+            pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        return pid
+
+    def _spawn_standby(self) -> None:
+        """Fork the standby of the next table job; it imports :attr:`table_modules`."""
+        ours, theirs = socket.socketpair()
+        try:
+            pid = self._fork(
+                lambda close: _standby(theirs, self.table_modules, close), extra=[ours]
+            )
+        finally:
+            theirs.close()
+        self.standby = (pid, ours)
+
+    def _hand_to_standby(self, request: dict, fds: list[int]) -> int | None:
+        """Send the job to the standby; its pid, or None when there is no standby to take it
+        (the job is then forked as any other)."""
+        if self.standby is None:
+            return None
+        pid, chan = self.standby
+        self.standby = None
+        body = json.dumps(request).encode()
+        try:
+            socket.send_fds(chan, [_HEADER.pack(len(body))], fds)
+            chan.sendall(body)
+        except OSError as e:  # it died meanwhile (reaped below)
+            self.log(f"the standby {pid} could not take a job: {e}")
+            pid = None
+        chan.close()
+        return pid
 
     def _job_gone(self, conn: socket.socket, pid: int) -> None:
         try:
@@ -338,7 +400,7 @@ class Server:
             self.sel.unregister(conn)
 
     def _reap(self) -> None:
-        while self.children:
+        while self.children or self.standby is not None:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -346,6 +408,11 @@ class Server:
             if pid == 0:
                 return
             code = os.waitstatus_to_exitcode(status)
+            if self.standby is not None and pid == self.standby[0]:  # died waiting for a job
+                self.log(f"standby {pid}: exit {code} before any job; table jobs are forked")
+                self.standby[1].close()
+                self.standby = None
+                continue
             self._report(pid, 128 - code if code < 0 else code)  # a signal: as a shell says
 
     def _report(self, pid: int, code: int) -> None:
@@ -368,6 +435,15 @@ class Server:
         self.stopping = True  # the wake-up socket ends the select() at once
 
     def shutdown(self) -> None:
+        if self.standby is not None:  # waiting for a job: its channel's end stops it
+            pid, chan = self.standby
+            self.standby = None
+            chan.close()
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
         for pid in list(self.children):
             try:
                 os.killpg(pid, signal.SIGTERM)
@@ -408,21 +484,50 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(body), fds
 
 
-def _child(request: dict, fds: list[int], close: Sequence[int]) -> None:
+def _leave_server(close: Sequence[int]) -> None:
+    """In a forked child: its own process group (the job forwards signals to it), default
+    signal handlers, none of the server's sockets."""
+    os.setpgid(0, 0)
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    for fd in close:
+        os.close(fd)
+
+
+def _standby(chan: socket.socket, modules: Sequence[str], close: Sequence[int]) -> None:
+    """In a forked child: import ``modules`` (polars and pandera: no fork may follow them),
+    then wait for a job on ``chan`` and become it. Never returns; exits when the server
+    closes the channel first."""
+    import importlib
+
+    try:
+        _leave_server(close)
+        t0 = time.perf_counter()
+        for name in modules:
+            importlib.import_module(name)
+        Server.log(f"standby {os.getpid()} ready in {time.perf_counter() - t0:.2f} s")
+        request, fds = _receive(chan)
+    except BaseException as e:  # the server's channel closed, or an import failed
+        if not isinstance(e, ValueError | OSError | KeyboardInterrupt):
+            Server.log(f"standby {os.getpid()}: {e!r}")
+        sys.stdout.flush()
+        os._exit(0 if isinstance(e, ValueError) else 1)
+    chan.close()
+    _child(request, fds, close=[], left=True)
+
+
+def _child(request: dict, fds: list[int], close: Sequence[int], left: bool = False) -> None:
     """In the forked child: become the job (its streams, folder, environment, arguments), run
     the command line and exit with its code. Never returns."""
     import traceback
 
     code = 1
     try:
-        os.setpgid(0, 0)  # the job forwards signals to this group (the cell's own processes)
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        for fd in close:  # the listener and the jobs' connections: only the server's
-            os.close(fd)
+        if not left:
+            _leave_server(close)
         for i, fd in enumerate(fds):
             os.dup2(fd, i)
             os.close(fd)
@@ -458,6 +563,23 @@ def _child(request: dict, fds: list[int], close: Sequence[int]) -> None:
             except Exception:
                 pass
         os._exit(code if isinstance(code, int) else 1)
+
+
+def _pillar_modules(pillars: Sequence[str] | None, names: Sequence[str]) -> list[str]:
+    """The modules ``names`` of the built-in ``pillars`` (all when None) that exist."""
+    import importlib.util
+
+    from sparsebench.suite.pillar import builtin_pillars
+
+    out = []
+    for pillar in builtin_pillars():
+        if pillars is not None and pillar.name not in pillars:
+            continue
+        package = type(pillar).__module__
+        for name in names:
+            if importlib.util.find_spec(f"{package}.{name}") is not None:
+                out.append(f"{package}.{name}")
+    return out
 
 
 def _fresh_random_state() -> None:

@@ -297,3 +297,20 @@ def test_a_dry_run_writes_nothing(tmp_path):
     dry = _snakemake(tmp_path, "-n")
     assert dry.returncode == 0 and "v3" in dry.stdout + dry.stderr
     assert _tree(tmp_path / "results") == before
+
+
+def test_a_one_pillar_run_writes_its_summary_in_the_board_job(tmp_path):
+    # one job less on the way to the answer; a change of a record still remakes the summary
+    (tmp_path / "toy.yaml").write_text("benchmark: toys\ntoy: {values: [1, 2]}\n")
+    run = _snakemake(tmp_path, "--cores", "1")
+    assert run.returncode == 0, run.stderr[-2000:]
+    bench = tmp_path / "results" / "toys"
+    assert "rule summary" not in run.stderr and "localrule summary" not in run.stderr
+    assert not (bench / "logs" / "summary.log").exists()
+    board_log = (bench / "toy" / "logs" / "board.log").read_text()
+    assert board_log.splitlines()[-1] == "results/toys/summary.md"
+    summary = (bench / "summary.md").read_text()
+    assert "toy/leaderboard.md" in summary and "2 row(s)" in summary
+    (tmp_path / "toy.yaml").write_text("benchmark: toys\ntoy: {values: [1, 2, 3]}\n")
+    assert _snakemake(tmp_path, "--cores", "1").returncode == 0
+    assert "3 row(s)" in (bench / "summary.md").read_text()

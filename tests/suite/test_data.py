@@ -93,6 +93,52 @@ def test_mnist5k_deterministic_and_served_from_cache(
     assert not torch.equal(other.val.tensors[0], first.val.tensors[0])
 
 
+def test_jobs_read_the_tensor_export_without_importing_datasets(data_root: Path) -> None:
+    # Importing `datasets` costs a job more than a small cell's training: a cached dataset is
+    # read from its safetensors export, equal to what the Arrow cache holds.
+    import subprocess
+    import sys
+
+    import datasets
+
+    first = load_dataset("digits", data_root)
+    (folder,) = (data_root / "hf_cache").glob("digits-*")
+    arrow = datasets.load_from_disk(str(folder))["all"].with_format("torch")[:]
+    script = (
+        "import sys; from pathlib import Path; from sparsebench.suite.data import load_dataset; "
+        f"s = load_dataset('digits', Path({str(data_root)!r})); "
+        "print(len(s.train), 'datasets' in sys.modules, 'pyarrow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.stdout.split() == ["1257", "False", "False"], out.stderr
+    again = load_dataset("digits", data_root)
+    assert torch.equal(first.train.tensors[0], again.train.tensors[0])
+    # The export holds the Arrow columns as they are (uint8 pixels, int64 labels).
+    from safetensors.torch import load_file
+
+    export = load_file(str(folder / "columns.safetensors"))
+    assert torch.equal(export["all/x"], arrow["x"]) and torch.equal(
+        export["all/label"], arrow["label"]
+    )
+
+
+def test_cache_without_export_gains_one_and_a_damaged_export_is_refused(
+    tmp_path: Path,
+) -> None:
+    s = load_dataset("digits", tmp_path)
+    (folder,) = (tmp_path / "hf_cache").glob("digits-*")
+    (folder / "columns.safetensors").unlink()
+    (folder / "columns.json").unlink()
+    again = load_dataset("digits", tmp_path)  # read through `datasets`, the export rewritten
+    assert torch.equal(s.test.tensors[0], again.test.tensors[0])
+    assert (folder / "columns.safetensors").is_file()
+    blob = bytearray((folder / "columns.safetensors").read_bytes())
+    blob[-1] ^= 0xFF
+    (folder / "columns.safetensors").write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match=r"dataset cache .*columns\.safetensors.*SHA-256.*remove"):
+        load_dataset("digits", tmp_path)
+
+
 def test_digits_shapes(data_root: Path) -> None:
     s = load_dataset("digits", data_root)
     assert (s.input_shape, s.num_classes) == ((1, 8, 8), 10)

@@ -219,6 +219,40 @@ def test_stopping_the_server_stops_its_jobs_and_removes_the_socket(tmp_path, ser
     assert not _alive(child) and not sock.exists()
 
 
+def _standbys(log: Path) -> list[int]:
+    return [int(m[1]) for ln in _lines(log) if (m := re.fullmatch(r"standby (\d+) ready .*", ln))]
+
+
+def test_table_jobs_run_in_a_standby_that_imported_polars_before_they_came(tmp_path, server):
+    proc, sock, log = server
+    assert _wait_for(lambda: _standbys(log))
+    first = _standbys(log)[0]
+    assert _alive(first)
+    # a cells job is forked as before; the summary goes to the standby, with its own streams
+    _job(tmp_path, sock, "cells", "toy", "--cell", "v1", "--spec", _spec(tmp_path))
+    got = _job(tmp_path, sock, "summary", "results/nope", timeout=60)
+    assert got.returncode == 2 and "no records found" in got.stderr
+    jobs = _jobs(log)
+    assert jobs[0].startswith("job ") and int(jobs[0].split()[1].rstrip(":")) != first
+    assert jobs[1] == f"job {first}: summary results/nope"
+    assert _wait_for(lambda: len(_standbys(log)) == 2)  # the next one, for the next table job
+    second = _standbys(log)[1]
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+    assert _wait_for(lambda: not _alive(second), 10)  # an idle standby ends with its server
+
+
+def test_a_table_job_is_served_when_its_standby_died(tmp_path, server):
+    _, sock, log = server
+    assert _wait_for(lambda: _standbys(log))
+    os.kill(_standbys(log)[0], signal.SIGKILL)
+    assert _wait_for(lambda: any("before any job" in ln for ln in _lines(log)))
+    got = _job(tmp_path, sock, "summary", "results/nope", timeout=60)
+    assert got.returncode == 2 and "no records found" in got.stderr
+    ((job, pid),) = [(j.split()[2], int(j.split()[1].rstrip(":"))) for j in _jobs(log)]
+    assert job == "summary" and pid not in _standbys(log)  # served, by a fork
+
+
 def test_a_preload_that_is_not_fork_safe_serves_nothing(tmp_path):
     sock = tmp_path / "jobs.sock"
     got = subprocess.run(

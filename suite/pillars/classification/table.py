@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandera.polars as pa
 import polars as pl
 
-from sparsebench.suite.schemas import CommonSchema, finite_check
+from sparsebench.suite.schemas import CommonSchema, finite_check, pa
 
 from .columns import COLUMNS, FAILED_NULL_COLUMNS, FINITE_COLUMNS, IDENT  # noqa: F401 - re-exported
 

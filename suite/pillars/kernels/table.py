@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pandera.polars as pa
 import polars as pl
 
-from sparsebench.suite.schemas import CommonSchema
+from sparsebench.suite.schemas import CommonSchema, pa
 
 from .columns import KERNEL_COLUMNS, OPS, STATUSES  # noqa: F401 - re-exported
 

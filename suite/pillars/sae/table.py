@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import pandera.polars as pa
-
-from sparsebench.suite.schemas import CommonSchema
+from sparsebench.suite.schemas import CommonSchema, pa
 
 from .columns import COLUMNS  # noqa: F401 - re-exported
 
