@@ -11,4 +11,5 @@ BUILTIN: dict[str, str] = {
     "kernels": "sparsebench.suite.pillars.kernels:KernelsPillar",
     "merging": "sparsebench.suite.pillars.merging:MergingPillar",
     "sae": "sparsebench.suite.pillars.sae:SAEPillar",
+    "lm_pruning": "sparsebench.suite.pillars.lm_pruning:LMPruningPillar",
 }

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import keyword
+import math
 import platform
 import sysconfig
 import tokenize
@@ -137,3 +138,21 @@ def load(split: str, n_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray
             f"{n_bytes} asked for; ask for at most {total}"
         )
     return np.concatenate(chunks)[:n_bytes], np.concatenate(labs)[:n_bytes]
+
+
+def held_out_windows(ctx: int, tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes, labels, index) of the test split and the (W, ctx + 1) byte positions of W =
+    ⌈tokens / ctx⌉ windows evenly spaced over all of it (so that held-out tokens sample every
+    test file, not the first one). Raises ValueError when the split cannot hold W disjoint
+    windows."""
+    w = math.ceil(tokens / ctx)
+    b, lab = load("test")
+    stride = (len(b) - 1) // w
+    if stride < ctx + 1:
+        raise ValueError(
+            f"eval_tokens: {tokens} held-out tokens need {w} windows of {ctx + 1} bytes; the "
+            f"stdlib test split has {len(b)} bytes: at most {(len(b) - 1) // (ctx + 1) * ctx} "
+            "tokens"
+        )
+    idx = (np.arange(w) * stride)[:, None] + np.arange(ctx + 1)
+    return b, lab, idx

@@ -231,24 +231,11 @@ def _lm_bytes(split: str, n: int) -> torch.Tensor:
 
 
 def _eval_windows(src: Source) -> tuple[torch.Tensor, torch.Tensor]:
-    """(windows (W, ctx + 1) int64, labels (W·ctx, tasks) uint8): W = ⌈eval_tokens / ctx⌉
-    windows evenly spaced over the whole test split (so that the held-out tokens sample every
-    test file, not the first one), the labels of each window's ctx input bytes. Raises
-    ValueError when the test split cannot hold W disjoint windows."""
-    ctx = src.model.ctx
-    w = math.ceil(src.eval_tokens / ctx)
-    b, lab = corpus.load("test")
-    stride = (len(b) - 1) // w
-    if stride < ctx + 1:
-        raise ValueError(
-            f"eval_tokens: {src.eval_tokens} held-out tokens need {w} windows of {ctx + 1} "
-            f"bytes; the stdlib test split has {len(b)} bytes: at most "
-            f"{(len(b) - 1) // (ctx + 1) * ctx} tokens"
-        )
-    starts = torch.arange(w) * stride
-    idx = starts[:, None] + torch.arange(ctx + 1)
-    windows = torch.from_numpy(b.astype("int64"))[idx]
-    labels = torch.from_numpy(lab)[idx[:, :ctx].reshape(-1)]
+    """(windows (W, ctx + 1) int64, labels (W·ctx, tasks) uint8): the held-out windows of
+    :func:`corpus.held_out_windows` and the labels of each window's ctx input bytes."""
+    b, lab, idx = corpus.held_out_windows(src.model.ctx, src.eval_tokens)
+    windows = torch.from_numpy(b.astype("int64")[idx])
+    labels = torch.from_numpy(lab[idx[:, : src.model.ctx].reshape(-1)])
     return windows, labels
 
 
