@@ -47,9 +47,12 @@ class LayerStats:
 
     Attributes:
         tokens: how many tokens were seen.
-        sq_norms: Σ_tokens x_j² per input feature j (d_in,): ‖X_j‖₂², Wanda's statistic.
-        hessian: H = (2 / tokens) Σ_tokens x xᵀ (d_in, d_in), SparseGPT's layer-wise Hessian of
-            the squared reconstruction error (its reference code's running average); None
+        sq_norms: Σ_tokens x_j² per input feature j (d_in,): ‖X_j‖₂², Wanda's statistic (its
+            code's ``scaler_row`` times the number of calibration sequences: a constant factor
+            no within-row comparison depends on).
+        hessian: H = (2 / tokens) Σ_tokens x xᵀ (d_in, d_in), float64, SparseGPT's layer-wise
+            Hessian of the squared reconstruction error (its code divides by the number of
+            sequences, in float32; the method's result does not depend on H's scale); None
             unless a method asks for it.
     """
 
@@ -82,7 +85,8 @@ def keep_lowest_out(scores: torch.Tensor, target: Target, per_row: bool) -> torc
     """Boolean keep-mask (out, in) from ``scores`` (higher: more important): N:M keeps the N
     largest of every M consecutive inputs of a row; unstructured removes the
     ⌊sparsity · count⌋ lowest scores of each row (``per_row``, Wanda's comparison group) or of
-    the whole layer (magnitude). Ties: the stable sort's order (lower index removed first)."""
+    the whole layer (magnitude). Ties: unstructured, the stable sort's order (lower index
+    removed first); N:M, ``topk``'s order of the largest (:func:`nm_mask`)."""
     from sparsebench.suite.pillars.classification.nm import nm_mask
 
     if target.nm is not None:

@@ -21,7 +21,9 @@ class Magnitude(LMPruningMethod):
     for Large Language Models", Table 2/3; their code's ``prune_magnitude``: a per-layer
     threshold, every decoder linear layer at the same sparsity), after Han et al. 2015.
     Ours: exactly ⌊sparsity · numel⌋ weights removed (their threshold ``W <= sorted[k]``
-    removes k + 1 and any ties); ties broken by a stable sort (lower flat index first).
+    removes k + 1 and any ties); ties broken by a stable sort (lower flat index first); an
+    "N:M" pattern keeps N of every M (as in Wanda's code for 2:4 and 4:8, the only patterns
+    it takes).
     """
 
     Params = NoParams

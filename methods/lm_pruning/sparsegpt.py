@@ -29,23 +29,27 @@ class SparseGPT(LMPruningMethod):
     """SparseGPT: with H = 2 X Xᵀ the Hessian of the layer's squared reconstruction error on the
     calibration inputs X, the columns are visited left to right; a weight pruned in column i
     has its error spread over the row's not yet visited weights by the OBS update
-    δ = −(w_i / [H⁻¹]_ii) · H⁻¹_{i,:}, computed for all rows at once from one upper Cholesky
-    factor U of (H + λI)⁻¹ (Algorithm 1; U's row i is H⁻¹_{i,:} of the columns ≥ i, scaled).
-    The mask is chosen per block of B_s columns by the OBS saliency w² / U_ii²: unstructured
-    removes that fraction of the block's weights with the lowest saliency (over all rows of
-    the block, so a layer's sparsity is uniform across blocks), N:M the M − N lowest of every
-    group of M consecutive columns of a row, chosen when the group's first column is reached
-    (after the updates of the columns before it). Dead inputs (H_jj = 0) get H_jj = 1 and
-    their weights zero.
+    δ = −(w_i / [H_F⁻¹]_ii) · [H_F⁻¹]_{i,:}, where H_F is H restricted to the columns not yet
+    visited (i and after). All of them come from one upper Cholesky factor U of (H + λI)⁻¹:
+    U[i, i:] is proportional to the first row of H_F⁻¹ and U_ii² is its first diagonal entry
+    (Algorithm 1), computed for all rows at once. The mask is chosen per block of B_s columns
+    by the OBS saliency w² / U_ii²: unstructured removes that fraction of the block's weights
+    with the lowest saliency (over all rows of the block, so a layer's sparsity is uniform
+    across blocks), N:M the M − N lowest of every group of M consecutive columns of a row,
+    chosen when the group's first column is reached (after the updates of the columns before
+    it). Dead inputs (H_jj = 0) get H_jj = 1 and their weights zero.
 
     Source: Frantar & Alistarh 2023, "SparseGPT: Massive Language Models Can Be Accurately
-    Pruned in One-Shot" (ICML), Algorithm 1, Sec. 3.3 (adaptive mask selection) and 3.4
-    (semi-structured); the authors' code (``SparseGPT.fasterprune``): block size 128,
-    dampening 0.01 · mean(diag H), blocks of layers in order with the calibration inputs passed
-    through the pruned ones, 128 calibration sequences. Ours: exactly ⌊sparsity · weights⌋ of
-    each block removed (their threshold ``<= sorted[k]`` removes one more, and ties); N:M
-    removes M − N per group (their ``prunen`` is the count removed, so "2:4" and "4:8" mean the
-    same in both); no weight quantization (their optional joint ``wbits``).
+    Pruned in One-Shot" (ICML), Algorithm 1 and Sec. 3 (adaptive mask selection, the
+    extension to N:M); the authors' code (``SparseGPT.fasterprune``, ``opt_sequential``):
+    block size 128, dampening 0.01 · mean(diag H), blocks of layers in order with the
+    calibration inputs passed through the pruned ones, 128 calibration sequences. Ours: the
+    calibration windows of the stdlib corpus (the pillar's ``calibration`` section; theirs
+    2,048-token C4 segments); exactly ⌊sparsity · weights⌋ of each block removed (their
+    threshold ``<= sorted[k]`` removes one more, and ties); N:M removes M − N per group
+    (their ``prunen`` is the count removed, so "2:4" and "4:8" mean the same in both); the
+    block size must be a multiple of M (theirs lets a group straddle two blocks); float64
+    arithmetic (theirs float32); no weight quantization (their optional joint ``wbits``).
     """
 
     Params = SparseGPTParams
@@ -58,11 +62,20 @@ class SparseGPT(LMPruningMethod):
             raise ValueError(f"blocksize must be >= 1, got {params.blocksize}")
         if not 0 <= params.percdamp < 1:
             raise ValueError(f"percdamp must be in [0, 1), got {params.percdamp}")
+        for pattern in section.get("patterns", ()):
+            m = pattern.partition(":")[2]
+            if m.isdigit() and params.blocksize % int(m):
+                raise ValueError(
+                    f"blocksize {params.blocksize} is not a multiple of M = {m} (pattern "
+                    f"{pattern}): an N:M group would straddle two blocks"
+                )
 
     def prune(self, weight: torch.Tensor, stats: LayerStats | None, target: Target) -> torch.Tensor:
         if stats is None or stats.hessian is None:
             raise ValueError("sparsegpt needs the calibration inputs' Hessian of every layer")
         p: SparseGPTParams = self.params
+        if target.nm is not None and p.blocksize % target.nm[1]:
+            raise ValueError(f"blocksize {p.blocksize} is not a multiple of M = {target.nm[1]}")
         w = weight.detach().to(torch.float64).clone()
         h = stats.hessian.to(torch.float64).clone()
         dead = torch.diag(h) == 0

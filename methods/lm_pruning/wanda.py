@@ -21,8 +21,12 @@ class Wanda(LMPruningMethod):
     Language Models" (ICLR), Eq. 1 and Sec. 3 (per-output comparison group), Algorithm 1; the
     authors' code (``prune_wanda``): blocks pruned in order with the calibration inputs passed
     through the blocks already pruned, every linear layer of a block scored from one forward
-    pass, 128 calibration sequences. Theirs are 2,048-token C4 sequences; ours are the suite's
-    calibration windows of the stdlib corpus (the pillar's ``calibration`` section).
+    pass, 128 calibration sequences. Theirs are C4 sequences of the model's context length
+    (2,048 tokens for LLaMA-1); ours are the suite's calibration windows of the stdlib corpus
+    (the pillar's ``calibration`` section). Ours: an "N:M" pattern keeps N of every M (their
+    code's "2:4" names the count pruned, N; the two agree for 2:4 and 4:8, the only patterns
+    their code takes); on exactly equal N:M scores ours keeps the later inputs (``topk`` of the
+    largest), theirs removes the earlier ones.
     """
 
     Params = NoParams

@@ -24,8 +24,11 @@ from sparsebench.suite.pillars.sae.models import LMConfig, TinyLM
 PILLAR = "lm_pruning"
 CHUNK = 32  # windows per forward pass (memory: CHUNK · ctx · 4 · d_model floats)
 # The linear layers of a block that are pruned (all of them: attention in, attention out,
-# MLP in, MLP out); embeddings, LayerNorms and the unembedding stay dense.
+# MLP in, MLP out); embeddings, LayerNorms and the unembedding stay dense. The model computes
+# q, k and v with one fused weight; they are pruned as the three layers OPT and LLaMA have
+# (each its own magnitude threshold and SparseGPT blocks), from the same input statistics.
 LINEARS = ("qkv", "proj", "fc", "out")
+SPLIT = {"qkv": 3}
 
 
 def model_id(cfg: LMConfig) -> str:
@@ -143,8 +146,9 @@ def prune_model(model: TinyLM, method: LMPruningMethod, target: Target, calib: t
     method that reads none)."""
     if method.statistics == "none":
         with torch.no_grad():
-            for layer in _linears(model):
-                layer.weight.copy_(method.prune(layer.weight.detach(), None, target))
+            for block in model.blocks:
+                for name in LINEARS:
+                    _prune_layer(getattr(block, name), name, method, None, target)
         return 0
     with torch.no_grad():
         t = calib.shape[1]
@@ -163,9 +167,17 @@ def prune_model(model: TinyLM, method: LMPruningMethod, target: Target, calib: t
                 for h in hooks:
                     h.remove()
             for name, lay in layers.items():
-                lay.weight.copy_(method.prune(lay.weight.detach(), stats[name].result(), target))
+                _prune_layer(lay, name, method, stats[name].result(), target)
             xs = [block(x, None) for x in xs]
     return int(calib.numel())
+
+
+def _prune_layer(
+    layer: nn.Linear, name: str, method: LMPruningMethod, stats: LayerStats | None, target: Target
+) -> None:
+    """Replace ``layer``'s weight by its pruned weight, a fused one part by part."""
+    parts = layer.weight.detach().chunk(SPLIT.get(name, 1), dim=0)
+    layer.weight.copy_(torch.cat([method.prune(w, stats, target) for w in parts]))
 
 
 class _Stats:

@@ -121,3 +121,42 @@ def test_sparsegpt_refuses_parameters_outside_their_range():
         SparseGPT.check(SparseGPTParams(blocksize=0), {})
     with pytest.raises(ValueError, match=r"percdamp must be in \[0, 1\)"):
         SparseGPT.check(SparseGPTParams(percdamp=-0.1), {})
+
+
+def test_sparsegpt_chooses_the_unstructured_mask_per_block_of_columns():
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(100, 16, generator=g), torch.randn(6, 16, generator=g)
+    w[:, 8:] *= 10.0  # a per-layer choice would prune the first block far more
+    out = SparseGPT(SparseGPTParams(blocksize=8)).prune(w, _stats(x), Target(0.5))
+    assert [int((out[:, b : b + 8] == 0).sum()) for b in (0, 8)] == [24, 24]
+
+
+@pytest.mark.parametrize("nm", [(2, 4), (4, 8)])
+def test_sparsegpt_nm_does_not_depend_on_the_block_size(nm):
+    # the lazy update of the later blocks makes blocks of 8 and of 32 columns the same
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(100, 32, generator=g) @ torch.randn(32, 32, generator=g)
+    w = torch.randn(5, 32, generator=g, dtype=torch.float64)
+    small = SparseGPT(SparseGPTParams(blocksize=8)).prune(w, _stats(x), Target(0.5, nm))
+    whole = SparseGPT(SparseGPTParams(blocksize=32)).prune(w, _stats(x), Target(0.5, nm))
+    torch.testing.assert_close(small, whole, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("nm", [(2, 4), (1, 4)])
+def test_sparsegpt_with_uncorrelated_inputs_and_no_dampening_is_wanda(nm):
+    # diagonal H: the saliency w²·H_jj ranks as Wanda's |w|·‖X_j‖ and no kept weight moves
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(6, 8, generator=g, dtype=torch.float64)
+    sq = torch.rand(8, generator=g, dtype=torch.float64) * 10 + 0.1
+    stats = LayerStats(50, sq, torch.diag(2.0 / 50 * sq))
+    sgpt = SparseGPT(SparseGPTParams(percdamp=0.0)).prune(w, stats, Target(1 - nm[0] / nm[1], nm))
+    assert torch.equal(sgpt, Wanda(NoParams()).prune(w, stats, Target(1 - nm[0] / nm[1], nm)))
+
+
+def test_sparsegpt_refuses_a_block_size_that_splits_an_nm_group():
+    with pytest.raises(ValueError, match=r"blocksize 6 is not a multiple of M = 4 \(pattern 2:4\)"):
+        SparseGPT.check(SparseGPTParams(blocksize=6), {"patterns": ["unstructured", "2:4"]})
+    SparseGPT.check(SparseGPTParams(blocksize=6), {"patterns": ["unstructured"]})
+    w, x = torch.randn(2, 12), torch.randn(20, 12)
+    with pytest.raises(ValueError, match="blocksize 6 is not a multiple of M = 8"):
+        SparseGPT(SparseGPTParams(blocksize=6)).prune(w, _stats(x), Target(0.5, (4, 8)))

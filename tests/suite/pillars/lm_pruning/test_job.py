@@ -43,13 +43,15 @@ def test_each_block_is_scored_on_inputs_that_passed_the_blocks_already_pruned():
     model, calib = _model(), torch.randint(0, 128, (5, CFG.ctx))
     spy = Spy()
     tokens = job.prune_model(model, spy, Target(0.5), calib)
-    assert tokens == 5 * CFG.ctx and len(spy.seen) == 2 * len(job.LINEARS)
+    # per block: q, k and v (the fused weight's three parts), proj, fc, out
+    per_block = len(job.LINEARS) + 2
+    assert tokens == 5 * CFG.ctx and len(spy.seen) == 2 * per_block
     # block 1's qkv input, by hand: embeddings -> block 0 as pruned -> LayerNorm 1 of block 1
     with torch.no_grad():
         x = model.tok(calib) + model.pos(torch.arange(CFG.ctx))
         x = model.blocks[0](x, None)  # already pruned (the spy zeroed its first columns)
         h = model.blocks[1].ln1(x).reshape(-1, CFG.d_model).to(torch.float64)
-    got = spy.seen[len(job.LINEARS)]  # block 1, qkv
+    got = spy.seen[per_block]  # block 1, q
     assert got.tokens == 5 * CFG.ctx
     torch.testing.assert_close(got.sq_norms, (h * h).sum(0))
     # against the unpruned block 0 the statistics would differ
@@ -58,14 +60,30 @@ def test_each_block_is_scored_on_inputs_that_passed_the_blocks_already_pruned():
         y = fresh.blocks[0](fresh.tok(calib) + fresh.pos(torch.arange(CFG.ctx)), None)
         h0 = fresh.blocks[1].ln1(y).reshape(-1, CFG.d_model).to(torch.float64)
     assert not torch.allclose(got.sq_norms, (h0 * h0).sum(0))
+    # within a block every layer is scored from one pass with the block unpruned: block 0's
+    # MLP output layer sees the dense block's hidden units
+    with torch.no_grad():
+        blk = fresh.blocks[0]
+        x0 = fresh.tok(calib) + fresh.pos(torch.arange(CFG.ctx))
+        b, t, d = x0.shape
+        q, k, v = blk.qkv(blk.ln1(x0)).view(b, t, 3, blk.heads, d // blk.heads).unbind(2)
+        a = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        x1 = x0 + blk.proj(a.transpose(1, 2).reshape(b, t, d))
+        hidden = torch.nn.functional.gelu(blk.fc(blk.ln2(x1))).reshape(-1, 4 * d)
+    torch.testing.assert_close(spy.seen[per_block - 1].sq_norms, (hidden.double() ** 2).sum(0))
 
 
 def test_magnitude_prunes_every_block_linear_to_the_target_and_leaves_the_rest():
     model = _model()
     before = copy.deepcopy(model.state_dict())
     assert job.prune_model(model, Magnitude(NoParams()), Target(0.6), torch.zeros(0)) == 0
-    for layer in job._linears(model):
-        assert int((layer.weight == 0).sum()) == int(layer.weight.numel() * 0.6)
+    for block in model.blocks:  # q, k and v each pruned as a layer of their own
+        parts = [*block.qkv.weight.chunk(3, dim=0), block.proj.weight, block.fc.weight,
+                 block.out.weight]  # fmt: skip
+        for part in parts:
+            assert int((part == 0).sum()) == int(part.numel() * 0.6)
     after = model.state_dict()
     for name in ("tok.weight", "pos.weight", "unembed.weight", "ln_f.weight",
                  "blocks.0.ln1.weight", "blocks.0.qkv.bias"):  # fmt: skip
