@@ -33,8 +33,8 @@ from .registration import NOT_PRE_REGISTERED, Registration, check
 _DIGITS = ("Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine")
 SEED_NOISE_ONLY = (
     "The interval covers the spread over seeds (or trials) only: every seed is scored on the "
-    "same fixed test set, whose own sampling error (binomial, about 0.9 points at 92 % on "
-    "1,000 images) it leaves out, and claims that share a cell are not independent."
+    "same fixed test set, whose own sampling error (e.g. binomial, about 0.9 points at 92 % "
+    "on 1,000 test images) it leaves out, and claims that share a cell are not independent."
 )
 # The reasons the overview lists even at zero (a reviewer reads "0 not run" as a complete
 # run); the other kinds only where a verdict has them.

@@ -161,40 +161,52 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     return write_board_files(out_dir, markdown(board, runs), board, json_data, plots)
 
 
+PATTERN_MARKERS = {"2:4": "s", "4:8": "^"}  # other N:M patterns: the next of OTHER_MARKERS
+OTHER_MARKERS = "Dv<>p*"
+
+
 def plot_perplexity(board: pl.DataFrame, path: Path) -> None:
+    """Perplexity against the actual sparsity of the linear layers (log y in plain numbers):
+    one colour per method, a line through its unstructured sparsities and one marker per N:M
+    pattern (the same marker for a pattern across methods); the dense model dashed; the legend
+    beside the axes, never over a point."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
-    if board.is_empty():
+    from sparsebench.suite.boards import log_ticks
+
+    fig, ax = plt.subplots(figsize=(7.8, 4.2), layout="constrained")
+    pruned = board.filter(pl.col("pattern") != "dense") if board.height else board
+    if pruned.is_empty():
         ax.text(0.5, 0.5, "no finished cells", ha="center", transform=ax.transAxes)
     else:
-        markers = iter("os^Dv<>p")
-        colors = {}
-        for (method,), g in board.filter(pl.col("pattern") != "dense").group_by(
-            "method", maintain_order=True
-        ):
+        others = iter(OTHER_MARKERS)
+        markers = dict(PATTERN_MARKERS)
+        for p in sorted(set(pruned["pattern"]) - {"unstructured"}):
+            markers.setdefault(p, next(others, "x"))
+        for i, ((method,), g) in enumerate(pruned.group_by("method", maintain_order=True)):
+            color = f"C{i}"
             un = g.filter(pl.col("pattern") == "unstructured").sort("target_sparsity")
-            x = (100 * un["actual_sparsity"]).to_list()
-            y = un["perplexity"].to_list()
-            err = un["perplexity_std"].fill_null(0).to_list()
-            line = ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{method}")
-            colors[method] = line[0].get_color()
+            if un.height:
+                ax.errorbar((100 * un["actual_sparsity"]).to_list(), un["perplexity"].to_list(),
+                            yerr=un["perplexity_std"].fill_null(0).to_list(), color=color,
+                            marker="o", capsize=3, label=f"{method} unstructured")  # fmt: skip
             for r in g.filter(pl.col("pattern") != "unstructured").iter_rows(named=True):
                 ax.errorbar([100 * r["actual_sparsity"]], [r["perplexity"]],
-                            yerr=[r["perplexity_std"] or 0], color=colors[method], capsize=3,
-                            marker=next(markers, "x"), linestyle="none",
-                            label=f"{method} {r['pattern']}")  # fmt: skip
+                            yerr=[r["perplexity_std"] or 0], color=color, capsize=3,
+                            marker=markers[r["pattern"]], markersize=8, linestyle="none",
+                            markerfacecolor="none", label=f"{method} {r['pattern']}")  # fmt: skip
         dense = board.filter(pl.col("pattern") == "dense")
         if dense.height:
             ax.axhline(dense["perplexity"][0], color="gray", linestyle="--", label="dense")
         ax.set_yscale("log")
+        log_ticks(ax.yaxis)
         ax.set_xlabel("sparsity of the linear layers (%)")
         ax.set_ylabel("held-out perplexity per byte (log)")
-        ax.legend(fontsize=8, loc="upper left")
-    ax.set_title("Language-model pruning: perplexity against sparsity")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.set_title("Language-model pruning: perplexity against sparsity (lower is better)")
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
 
