@@ -20,6 +20,9 @@ rule all:
         SUMMARY,
         PENDING,
         RUNS_TABLES,
+        # targets too: a one-pillar run's summary does not read the boards (its board job
+        # writes it), and a removed board file must still be remade
+        ALL_BOARDS,
         CLAIMS_OUT,
     default_target: True
 

@@ -145,7 +145,7 @@ def _cmd_aggregate(args: argparse.Namespace) -> int:
         print(f"wrote {table} ({runs.height} rows from {len(records)} records)")
         if args.board:
             files = tables.write_board(name, table)
-            print("\n".join(str(f) for f in files.values()))
+            print("\n".join(dict.fromkeys(str(f) for f in files.values())))
     if args.summary:
         print(tables.write_summary(bench))
     return 0
@@ -156,7 +156,7 @@ def _cmd_board(args: argparse.Namespace) -> int:
 
     folder = Path(args.bench_dir) / args.pillar
     files = tables.write_board(args.pillar, paths.runs_table_in(folder))
-    print("\n".join(str(f) for f in files.values()))
+    print("\n".join(dict.fromkeys(str(f) for f in files.values())))
     return 0
 
 

@@ -614,10 +614,11 @@ def _run_snakemake(
 
 def _explain_failure(log: Path, out: TextIO) -> None:
     """The lines of Snakemake's log that say why it stopped."""
-    try:
-        text = log.read_text(errors="replace").splitlines()
+    try:  # this run's part of the log: every run appends to it
+        text = log.read_text(errors="replace").rsplit("==== sparsebench run", 1)[-1]
     except OSError:
         return
+    text = text.splitlines()
     own = [ln for ln in text if ln.startswith(("sparsebench:", "error:"))]
     errors = [i for i, ln in enumerate(text) if ln.startswith(("Error in rule", "WorkflowError"))]
     shown = own or (text[errors[0] : errors[0] + 15] if errors else text[-15:])

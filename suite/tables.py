@@ -41,6 +41,11 @@ def _publish(cache: Path, out: Path) -> None:
     import os
     import shutil
 
+    try:  # already that file: a rename onto the same inode would leave the temporary link
+        if os.path.samefile(cache, out):
+            return
+    except OSError:
+        pass
     with atomic_path(out) as tmp:
         try:
             os.link(cache, tmp)

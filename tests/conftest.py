@@ -120,6 +120,7 @@ def make_record() -> MakeRecord:
             "reachable_outputs": 1.0,
             "allocation": None if method == "dense" else "erk",
             "pattern": None if method == "dense" else "unstructured",
+            "activation_density": None,
             "allocation_shift": None if method == "dense" else 0.0,
             "init": None if method == "dense" else "default",
             "mask_updates": 0 if method in ("dense", "static") else 4,

@@ -314,3 +314,6 @@ def test_a_one_pillar_run_writes_its_summary_in_the_board_job(tmp_path):
     (tmp_path / "toy.yaml").write_text("benchmark: toys\ntoy: {values: [1, 2, 3]}\n")
     assert _snakemake(tmp_path, "--cores", "1").returncode == 0
     assert "3 row(s)" in (bench / "summary.md").read_text()
+    (bench / "toy" / "leaderboard.md").unlink()  # a removed board file is remade
+    assert _snakemake(tmp_path, "--cores", "1").returncode == 0
+    assert (bench / "toy" / "leaderboard.md").is_file()

@@ -115,6 +115,11 @@ class MaskMethod(Method):
             return None, None
         return float(sum(self.update_seconds)), len(self.update_seconds)
 
+    def activation_density(self) -> float | None:
+        """The measured share of active hidden units of a method that sparsifies activations
+        (the record's ``activation_density``); None for the others."""
+        return None
+
     @classmethod
     def final_allocation(cls, params: Any) -> str | None:
         """How the method's layer densities are set at the END of training, for the record's

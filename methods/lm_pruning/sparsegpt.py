@@ -60,8 +60,8 @@ class SparseGPT(LMPruningMethod):
     def check(cls, params: SparseGPTParams, section) -> None:
         if params.blocksize < 1:
             raise ValueError(f"blocksize must be >= 1, got {params.blocksize}")
-        if not 0 <= params.percdamp < 1:
-            raise ValueError(f"percdamp must be in [0, 1), got {params.percdamp}")
+        if not 0 < params.percdamp < 1:  # 0 leaves H singular where an input never varies
+            raise ValueError(f"percdamp must be in (0, 1), got {params.percdamp}")
         for pattern in section.get("patterns", ()):
             m = pattern.partition(":")[2]
             if m.isdigit() and params.blocksize % int(m):

@@ -189,7 +189,7 @@ def test_pillar_and_family_lookups_suggest():
         "unknown pillar or family 'prunnig'; pillars: classification, hessian, kernels, "
         "merging, sae"
     )
-    assert "; families: dst, hessian, kernels, merging, pruning, sae" in msg
+    assert "; families: dst, hessian, kernels, lm_pruning, merging, pruning, sae" in msg
     assert msg.endswith("; did you mean 'pruning'?")
     with pytest.raises(PillarError) as e:
         families_of("qqqqzz")

@@ -241,3 +241,18 @@ def test_the_ending_without_any_table_says_so(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text, got = ending("b", ["toy"])
     assert "no runs table yet" in text and got.bad == 0
+
+
+def test_a_failed_run_explains_itself_from_its_own_part_of_the_log(tmp_path):
+    import io
+
+    from sparsebench.suite.runner import _explain_failure
+
+    log = tmp_path / "snakemake.log"
+    log.write_text(
+        "==== sparsebench run, earlier\nsparsebench: invalid spec: old.yaml: an old error\n"
+        "==== sparsebench run, now\nsparsebench: invalid spec: new.yaml: this run's error\n"
+    )
+    out = io.StringIO()
+    _explain_failure(log, out)
+    assert out.getvalue() == "sparsebench: invalid spec: new.yaml: this run's error\n"

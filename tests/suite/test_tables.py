@@ -62,3 +62,14 @@ def test_reading_tables_and_the_summary_do_not_import_pandera():
 
     statement = "from sparsebench.suite import runner, tables"
     assert imported_by(statement, ["pandera", "pandas"]) == []
+
+
+def test_publishing_a_table_that_is_already_the_cache_leaves_no_temporary_link(tmp_path):
+    from sparsebench.suite.tables import _publish
+
+    cache, out = tmp_path / ".runs.cache.parquet", tmp_path / "runs.parquet"
+    cache.write_bytes(b"table")
+    _publish(cache, out)
+    _publish(cache, out)  # the same inode already: renaming onto it would keep the temporary
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".runs.cache.parquet", "runs.parquet"]
+    assert out.read_bytes() == b"table"

@@ -245,6 +245,27 @@ def _allocation(row: dict[str, Any]) -> str:
     return text
 
 
+def _activation_lines(runs: pl.DataFrame) -> list[str]:
+    """The measured share of active hidden units of the activation-sparsity rows (dense
+    weights, so they stand with the dense model), mean over seeds."""
+    if "activation_density" not in runs.columns:
+        return []
+    act = runs.filter(pl.col("activation_density").is_not_null() & (pl.col("status") == "ok"))
+    if act.is_empty():
+        return []
+    means = act.group_by("method", "setting", maintain_order=True).agg(
+        pl.col("activation_density").mean()
+    )
+    cells = [
+        f"{method_link(m, FAMILIES)} ({md_escape(st)}) {100 * d:.1f} %" for m, st, d in means.rows()
+    ]
+    return [
+        "Activation sparsity (weights dense): active MLP hidden units over the test set, "
+        f"{'; '.join(cells)}.",
+        "",
+    ]
+
+
 def _display(board: pl.DataFrame) -> pl.DataFrame:
     """``board`` with the text cells of its Markdown tables: rank (``=2`` when tied), test
     accuracy (mean ± std or n=1), seeds (with failed ones) and the allocation."""
@@ -359,7 +380,7 @@ def leaderboard_markdown(runs: pl.DataFrame, board: pl.DataFrame | None = None) 
                 if c in runs.columns]  # fmt: skip
         if meta:
             out += ["; ".join(meta), ""]
-        dense = tb.filter(pl.col("target_sparsity") == 0.0)
+        dense = tb.filter((pl.col("target_sparsity") == 0.0) & (pl.col("method") == DENSE))
         if dense.height:
             refs = [
                 f"{method_link(r['method'], FAMILIES)} {_acc_cell(r)}" for r in dense.to_dicts()
@@ -369,8 +390,10 @@ def leaderboard_markdown(runs: pl.DataFrame, board: pl.DataFrame | None = None) 
             out += ["(no dense baseline run)", ""]
         out += _pivot(tb)
         for (sparsity,), part in tb.group_by("target_sparsity", maintain_order=True):
-            title = "Dense" if sparsity == 0.0 else f"Sparsity {100 * sparsity:g} %"
+            title = "Dense weights" if sparsity == 0.0 else f"Sparsity {100 * sparsity:g} %"
             out += [f"### {title}", "", *md_frame(part, _MAIN, FAMILIES), ""]
+            if sparsity == 0.0:
+                out += _activation_lines(truns)
         masks = tb.filter(pl.col("target_sparsity") > 0.0)
         if masks.height:
             out += ["### Masks", "", *md_frame(masks, _MASKS, FAMILIES), ""]

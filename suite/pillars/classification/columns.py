@@ -38,8 +38,12 @@ COLUMNS: dict[str, type] = {
     "allocation": str,
     "allocation_shift": float,
     # Which weights may be zero: unstructured, or N:M (at most N nonzeros in every M
-    # consecutive weights, input channel fastest); null for dense.
+    # consecutive weights, input channel fastest); activation for a method that sparsifies
+    # hidden units instead (its weights dense); null for dense.
     "pattern": str,
+    # Share of MLP hidden units active over the test set, for an activation-sparsity method
+    # (top-k activation); null for the others.
+    "activation_density": float,
     # The initial-weight rule applied to the initial masks (default | swi | scaled, init.py).
     "init": str,
     # Distinct optimizer steps at which some mask changed during training (all methods,

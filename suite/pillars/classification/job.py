@@ -161,6 +161,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     infer = inference_ms(module.model, x_inf, sec["infer"]["repeats"])
     # Wall-clock of the method's mask updates (MaskMethod.timed_update); null when it has none.
     regrowth_s, regrowth_updates = method.update_timing()
+    activations = method.activation_density()
     distribution = getattr(params, "distribution", None)
 
     return {
@@ -186,7 +187,8 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         "layer_densities_json": json.dumps(densities, sort_keys=True),
         "distribution": distribution,
         "allocation": info.cls.final_allocation(params) if store.is_sparse else None,
-        "pattern": info.cls.pattern(params) if store.is_sparse else None,
+        "pattern": info.cls.pattern(params) if store.is_sparse or activations else None,
+        "activation_density": activations,
         "allocation_shift": allocation_shift(
             store, distribution, 1.0 - sparsity, getattr(params, "dense_first_layer", False)
         ),

@@ -45,7 +45,10 @@ class ClassificationSchema(CommonSchema):
     distribution: str = pa.Field(isin=["erk", "uniform", "global"], nullable=True)
     allocation: str = pa.Field(isin=["erk", "uniform", "global", "redistributed"], nullable=True)
     allocation_shift: float = pa.Field(ge=0.0, le=1.0, nullable=True)
-    pattern: str = pa.Field(str_matches=r"^(unstructured|[1-9][0-9]*:[1-9][0-9]*)$", nullable=True)
+    pattern: str = pa.Field(
+        str_matches=r"^(unstructured|activation|[1-9][0-9]*:[1-9][0-9]*)$", nullable=True
+    )
+    activation_density: float = pa.Field(ge=0.0, le=1.0, nullable=True)
     init: str = pa.Field(isin=["default", "swi", "scaled"], nullable=True)
     mask_updates: int = pa.Field(ge=0, nullable=True)
     trained_density: float = pa.Field(ge=0.0, le=1.0, nullable=True)
@@ -66,9 +69,11 @@ class ClassificationSchema(CommonSchema):
 
     @pa.dataframe_check
     def dense_at_zero_sparsity(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        dense = pl.col("method") == "dense"
+        # dense weights: the dense method, and a finished run of an activation-sparsity method
+        dense = (pl.col("method") == "dense") | (pl.col("pattern") == "activation").fill_null(False)
         zero = pl.col("target_sparsity") == 0.0
-        return data.lazyframe.select((dense == zero).fill_null(True))
+        failed_other = (pl.col("status") != "ok") & (pl.col("method") != "dense")
+        return data.lazyframe.select(((dense == zero) | failed_other).fill_null(True))
 
     @pa.dataframe_check
     def nonzero_at_most_total(cls, data: pa.PolarsData) -> pl.LazyFrame:
@@ -88,7 +93,8 @@ ROW_PROBLEMS = {
     "failed_has_no_metrics": _failed_metrics,
     "dense_at_zero_sparsity": lambda row: (
         f"column 'target_sparsity' = {row.get('target_sparsity')!r} with method "
-        f"{row.get('method')!r} (dense runs at 0.0, sparse methods in (0, 1))"
+        f"{row.get('method')!r} (dense and activation-sparsity runs at 0.0, weight-sparse "
+        "methods in (0, 1))"
     ),
     "nonzero_at_most_total": lambda row: (
         f"column 'params_nonzero' = {row.get('params_nonzero')!r} exceeds "

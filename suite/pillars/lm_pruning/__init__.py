@@ -17,7 +17,7 @@ from typing import Any
 
 from sparsebench.suite import registry
 from sparsebench.suite.pillar import Artefact, Cell, Metric, Pillar, Plot, register_pillar
-from sparsebench.suite.spec import Spec, SpecError, section_settings
+from sparsebench.suite.spec import Spec, SpecError, section_settings, show_number
 
 from .columns import COLUMNS
 
@@ -29,6 +29,9 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "lr": 2e-3, "corpus_bytes": 4_000_000,
 }  # fmt: skip
 DENSE = "dense"
+# Most memory the calibration activations may take in the pruning walk (inputs and outputs of
+# a block for every window, float32).
+CALIBRATION_BYTES = 4 * 2**30
 
 
 @register_pillar
@@ -76,14 +79,35 @@ class LMPruningPillar(Pillar):
         return frag
 
     def check(self, spec: Spec) -> None:
+        from sparsebench.suite.pillars.sae.sources import check_corpus
+
         from .job import check_patterns
 
         sec, src = spec.data["lm_pruning"], spec.source
         cfg = model_config(spec)
+        for i, p in enumerate(sec["patterns"]):
+            try:
+                if p != "unstructured":
+                    target(p, 0.5)
+            except ValueError as e:
+                raise SpecError(f"{src}: lm_pruning.patterns.{i}: {e}; or 'unstructured'") from None
         try:
             check_patterns(cfg, [target(p, 0.5) for p in sec["patterns"] if p != "unstructured"])
         except ValueError as e:
             raise SpecError(f"{src}: lm_pruning.patterns: {e}") from None
+        try:
+            check_corpus(cfg, {"train_tokens": cfg.ctx, "eval_tokens": sec["eval_tokens"]})
+        except ValueError as e:
+            where = "" if str(e).startswith("eval_tokens") else "model."
+            raise SpecError(f"{src}: lm_pruning.{where}{str(e).removeprefix('model.')}") from None
+        held = sec["calibration"]["sequences"] * cfg.ctx * cfg.d_model * 4 * 2
+        if held > CALIBRATION_BYTES:
+            most = CALIBRATION_BYTES // (cfg.ctx * cfg.d_model * 8)
+            raise SpecError(
+                f"{src}: lm_pruning.calibration.sequences: {sec['calibration']['sequences']} "
+                f"windows hold {held / 2**30:.1f} GiB of activations in the pruning walk; "
+                f"allowed: at most {most} at this model's ctx and d_model"
+            )
         for method in sec["methods"]:
             info = registry.get_method(method, FAMILY)
             for s in settings(spec, method):
@@ -206,6 +230,12 @@ def model_config(spec: Spec):
             raise SpecError(
                 f"{spec.source}: lm_pruning.model.{f.name}: {value!r} is not "
                 f"{'an integer' if kind is int else 'a number'}"
+            )
+        low, high = (0, 2**32 - 1) if f.name == "seed" else (-(2**53), 2**53)
+        if not low <= value <= high:
+            raise SpecError(
+                f"{spec.source}: lm_pruning.model.{f.name}: {show_number(value)} is out of "
+                f"range; allowed: {low} to {high}"
             )
     try:
         cfg = LMConfig(**raw)

@@ -141,8 +141,8 @@ def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
         lines += [f"## {md_escape(model)}", ""]
         if dense.height:
             r = dense.row(0, named=True)
-            lines += [f"Dense: perplexity {mean_std(r['perplexity'], None, 1, _COL['perplexity'])}"
-                      f", {r['test_loss']:.4f} nats/byte.", ""]  # fmt: skip
+            ppl = mean_std(r["perplexity"], r["perplexity_std"], r["seeds"], _COL["perplexity"])
+            lines += [f"Dense: perplexity {ppl}, {r['test_loss']:.4f} nats/byte.", ""]
         for (pattern, sp), h in g.filter(pl.col("pattern") != "dense").group_by(
             "pattern", "target_sparsity", maintain_order=True
         ):
@@ -186,8 +186,12 @@ def plot_perplexity(board: pl.DataFrame, path: Path) -> None:
         markers = dict(PATTERN_MARKERS)
         for p in sorted(set(pruned["pattern"]) - {"unstructured"}):
             markers.setdefault(p, next(others, "x"))
-        for i, ((method,), g) in enumerate(pruned.group_by("method", maintain_order=True)):
-            color = f"C{i}"
+        several = pruned.select("method", "setting").unique().height > pruned["method"].n_unique()
+        groups = pruned.group_by("method", "setting", maintain_order=True)
+        for i, ((method, setting), g) in enumerate(groups):
+            color = f"C{i % 10}"
+            if several:  # a method with several settings: one line each, named
+                method = f"{method} ({setting})"
             un = g.filter(pl.col("pattern") == "unstructured").sort("target_sparsity")
             if un.height:
                 ax.errorbar((100 * un["actual_sparsity"]).to_list(), un["perplexity"].to_list(),
@@ -221,8 +225,9 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
             continue
         tag = "ref" if r["rank"] is None else rank_text(r["rank"], r["tied"])
         ppl = mean_std(r["perplexity"], r["perplexity_std"], r["seeds"], _COL["perplexity"])
+        name = r["method"] if r["setting"] == "default" else f"{r['method']} ({r['setting']})"
         lines.append(
-            f"{r['pattern']:12s} {100 * r['target_sparsity']:3.0f}% {tag:4s} {r['method']:10s} "
+            f"{r['pattern']:12s} {100 * r['target_sparsity']:3.0f}% {tag:4s} {name:10s} "
             f"perplexity {ppl}"
         )
     return "\n".join(lines)

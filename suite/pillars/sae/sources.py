@@ -132,11 +132,11 @@ def resolve(raw: Mapping[str, Any]) -> Source:
             f"{', '.join(model.hookpoints())}"
         )
     if kind == "lm":
-        _check_corpus(model, tokens)
+        check_corpus(model, tokens)
     return Source(kind, hp, model, None, widths=widths, **tokens)
 
 
-def _check_corpus(model: LMConfig, tokens: Mapping[str, int]) -> None:
+def check_corpus(model: LMConfig, tokens: Mapping[str, int]) -> None:
     """The corpus holds what an lm source asks for (cheap: file sizes, no tokenizing)."""
     if tokens["train_tokens"] < model.ctx:
         raise ValueError(f"train_tokens must be >= model.ctx ({model.ctx})")

@@ -119,8 +119,9 @@ def test_sparsegpt_zeroes_the_weights_of_a_dead_input():
 def test_sparsegpt_refuses_parameters_outside_their_range():
     with pytest.raises(ValueError, match="blocksize must be >= 1"):
         SparseGPT.check(SparseGPTParams(blocksize=0), {})
-    with pytest.raises(ValueError, match=r"percdamp must be in \[0, 1\)"):
-        SparseGPT.check(SparseGPTParams(percdamp=-0.1), {})
+    for bad in (-0.1, 0.0, 1.0):
+        with pytest.raises(ValueError, match=r"percdamp must be in \(0, 1\)"):
+            SparseGPT.check(SparseGPTParams(percdamp=bad), {})
 
 
 def test_sparsegpt_chooses_the_unstructured_mask_per_block_of_columns():

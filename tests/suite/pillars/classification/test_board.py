@@ -380,3 +380,23 @@ def test_an_n_m_row_names_its_pattern_even_at_its_default_setting(make_record) -
     assert labels["default"] == "pattern=2:4" and labels["pd"] == "pattern=2:4, decay=0.0"
     assert labels["p48"] == "pattern=4:8"
     assert board.filter(pl.col("method") == "rigl")["setting"].item() == "default"
+
+
+def test_activation_sparsity_rows_stand_with_dense_and_show_their_measured_density(
+    tmp_path, make_record
+) -> None:
+    r = make_record
+    recs = [
+        r(method="dense", seed=0, test_acc=0.95),
+        *[
+            r(method="topk_activation", seed=s, test_acc=0.93, target_sparsity=0.0,
+              pattern="activation", activation_density=d, setting="k_fraction=0.1",
+              setting_id="k01", cell_id=f"{TASK}/topk_activation/k01/s0/seed{s}")
+            for s, d in ((0, 0.09), (1, 0.1))
+        ],
+    ]  # fmt: skip
+    runs = pl.from_dicts(recs, schema_overrides=DTYPES, infer_schema_length=None)
+    md = write_leaderboard(runs, tmp_path)["md"].read_text(encoding="utf-8")
+    assert "**Dense reference**: test acc (%) `dense` 95.00 (n=1)" in md  # not the top-k row
+    assert "### Dense weights" in md
+    assert "(k\\_fraction=0.1) 9.5 %" in md
