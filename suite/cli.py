@@ -603,6 +603,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     from sparsebench.suite import warm
 
@@ -611,11 +615,18 @@ def main(argv: list[str] | None = None) -> int:
     delegated = warm.delegate(sys.argv[1:] if argv is None else argv)
     if delegated is not None:
         return delegated
+    import signal
+
     from sparsebench.suite import registry
     from sparsebench.suite.pillar import PillarError
     from sparsebench.suite.runner import Interrupted
     from sparsebench.suite.spec import SpecError
 
+    # SIGTERM (Snakemake stopping a job) unwinds like Ctrl-C, so that no temporary file of an
+    # atomic write stays behind; `run` and the cells' jobs set their own
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -638,6 +649,9 @@ def main(argv: list[str] | None = None) -> int:
         # point stdout at /dev/null so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if previous is signal.SIG_DFL and signal.getsignal(signal.SIGTERM) is _terminate:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

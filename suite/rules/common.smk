@@ -95,7 +95,9 @@ RECORDS = {
 # must exist as planned.
 PLAN = paths.bench_dir(BENCH) / "logs" / "plan.json"
 if workflow.is_main_process:
-    _blocked = unwritable([paths.bench_dir(BENCH), paths.artefact_root()])
+    _blocked = unwritable(
+        [paths.bench_dir(BENCH), *(paths.pillar_dir(BENCH, n) for n in PILLARS), paths.artefact_root()]
+    )
     if _blocked:
         sys.exit(f"sparsebench: {_blocked}")
     for _table in drop_broken_tables(BENCH, PILLARS):

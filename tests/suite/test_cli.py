@@ -1,3 +1,6 @@
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from sparsebench.suite import paths
@@ -142,3 +145,25 @@ def test_every_subcommand_has_a_description_and_every_argument_help():
 def test_methods_of_a_mistyped_pillar_suggest_the_name(capsys):
     assert main(["methods", "--pillar", "clasification"]) == 2
     assert "did you mean 'classification'?" in capsys.readouterr().err
+
+
+def test_sigterm_to_a_table_command_unwinds_and_leaves_no_temporary_file(tmp_path):
+    # Snakemake stops a job with SIGTERM: an atomic write in progress removes its temporary
+    script = f"""
+import os, signal, sys
+from pathlib import Path
+from sparsebench.suite import cli
+from sparsebench.suite.atomic import atomic_path
+
+def stopped_while_writing(args):
+    with atomic_path(Path({str(tmp_path)!r}) / "summary.md") as tmp:
+        tmp.write_text("half")
+        os.kill(os.getpid(), signal.SIGTERM)
+    return 0
+
+cli._cmd_summary = stopped_while_writing
+sys.exit(cli.main(["summary", "results/x"]))
+"""
+    got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert got.returncode == 128 + signal.SIGTERM, got.stderr
+    assert list(tmp_path.iterdir()) == []
