@@ -536,8 +536,8 @@ def sources_lines(names: list[str], families: tuple[str, ...]) -> list[str]:
     lines = []
     for name in dict.fromkeys(names):
         text = known.get(name)
-        if text:  # the docstrings' reST literals (``x``) read as plain names here
-            text = text.replace("``", "")
+        if text:  # the docstrings' reST literals and roles (``x``, :func:`x`) read plain here
+            text = re.sub(r":\w+:`([^`]+)`", r"\1", text.replace("``", ""))
             lines.append(f"- {method_link(name, families)}: {md_escape(text)}")
     return ["**Sources**", "", *lines, ""] if lines else []
 

@@ -308,9 +308,13 @@ def _extend_seeds(args: argparse.Namespace, bench: Path, loaded: list) -> int:
     )
     # the targets before --config, which would take them as more KEY=VALUE items
     print(f"  snakemake --cores 2 $(cat {listing}) --config spec={out}")
+    import shlex
+
+    # the same claim files as this command (given ones, or the spec's own list)
+    named = " ".join(shlex.quote(str(f)) for f in (args.files or []))
     print(
-        f"  sparsebench aggregate {bench} && sparsebench claims {bench} --spec {args.spec} "
-        "--looks 2"
+        f"  sparsebench aggregate {bench} && sparsebench claims {bench} "
+        f"{named + ' ' if named else ''}--spec {args.spec} --looks 2"
     )
     return 0
 

@@ -115,6 +115,13 @@ class MaskMethod(Method):
             return None, None
         return float(sum(self.update_seconds)), len(self.update_seconds)
 
+    @contextmanager
+    def plain_network(self) -> Iterator[None]:
+        """The network without what the method adds to its forward pass (a method that
+        sparsifies activations switches it off), for the structural measures of the masks
+        (reachable outputs, effective density). The default changes nothing."""
+        yield
+
     def activation_density(self) -> float | None:
         """The measured share of active hidden units of a method that sparsifies activations
         (the record's ``activation_density``); None for the others."""

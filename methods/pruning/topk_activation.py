@@ -3,6 +3,8 @@ each input (the seed "lazy neuron" paper's Top-k Transformer)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +52,7 @@ class TopKActivation(MaskMethod):
     ranked by their pre-activation (the same order as after ReLU, and as after GELU for the
     positive units that top-k keeps), zeroed before the activation (ReLU(0) = GELU(0) = 0);
     k as a fraction of the width (``k_fraction``); which layers are MLP hidden layers
-    (:func:`mlp_hidden_layers`); FLOPs counted dense (the skipped products of the next layer
+    (``mlp_hidden_layers``); FLOPs counted dense (the skipped products of the next layer
     are not subtracted).
     """
 
@@ -77,6 +79,7 @@ class TopKActivation(MaskMethod):
     def __init__(self, params: TopKActivationParams, sparsity: float, ctx) -> None:
         super().__init__(params, sparsity, ctx)
         self._hooks: list[Any] = []
+        self._off = False
         self._active = 0
         self._units = 0
 
@@ -88,7 +91,17 @@ class TopKActivation(MaskMethod):
         for name in names:
             self._hooks.append(modules[name].register_forward_hook(self._keep_top_k))
 
+    @contextmanager
+    def plain_network(self) -> Iterator[None]:
+        self._off = True
+        try:
+            yield
+        finally:
+            self._off = False
+
     def _keep_top_k(self, module: nn.Module, inputs: Any, out: torch.Tensor) -> torch.Tensor:
+        if self._off:
+            return out
         width = out.shape[-1]
         k = max(1, round(self.params.k_fraction * width))
         if k < width:

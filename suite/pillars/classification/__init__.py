@@ -86,6 +86,12 @@ class ClassificationPillar(Pillar):
         Metric(
             "inference_flops_rel_dense", "×", False, "inference FLOPs ÷ dense", deterministic=True
         ),
+        Metric(
+            "activation_density",
+            "fraction",
+            False,
+            "active MLP hidden units over the test set (activation sparsity)",
+        ),  # fmt: skip
         Metric("train_wall_s", "s", False, "wall-clock of Trainer.fit"),
         Metric("infer_ms", "ms", False, "median forward of infer.batch_size examples"),
     )

@@ -56,9 +56,11 @@ LEADERBOARD_SCHEMA: dict[str, pl.DataType] = {
     "allocation": pl.String(),  # ... and at the end (erk | uniform | global | redistributed)
     "allocation_shift_max": pl.Float64(),  # largest move of a layer's density (table.py)
     "init": pl.String(),  # initial-weight rule (default | swi | scaled)
+    "pattern": pl.String(),  # unstructured | N:M | activation (weights dense)
     "mask_updates_mean": pl.Float64(),  # steps at which some mask changed
     "trained_density_mean": pl.Float64(),  # active for the last 10 % of steps (table.py)
     "effective_density_mean": pl.Float64(),  # active and on an input-output path, at the end
+    "activation_density_mean": pl.Float64(),  # active hidden units (activation sparsity only)
     "reachable_outputs_min": pl.Float64(),  # lowest over seeds of the start and end values
     "train_flops_mean": pl.Float64(),
     "train_flops_rel_dense_mean": pl.Float64(),
@@ -134,9 +136,11 @@ def build_leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
         pl.col("allocation").drop_nulls().first().alias("allocation"),
         pl.col("allocation_shift").max().alias("allocation_shift_max"),
         pl.col("init").drop_nulls().first().alias("init"),
+        pl.col("pattern").drop_nulls().first().alias("pattern"),
         pl.col("mask_updates").mean().alias("mask_updates_mean"),
         pl.col("trained_density").mean().alias("trained_density_mean"),
         pl.col("effective_density").mean().alias("effective_density_mean"),
+        pl.col("activation_density").mean().alias("activation_density_mean"),
         pl.min_horizontal("reachable_outputs_init", "reachable_outputs")
         .min()
         .alias("reachable_outputs_min"),
@@ -204,6 +208,8 @@ COLUMNS: list[Col] = [
     Col("mask_updates_mean", "mask updates", "count", show="int"),
     Col("trained_density_mean", "trained density (%)", PCT, show="pct"),
     Col("effective_density_mean", "effective density (%)", PCT, show="pct"),
+    Col("activation_density_mean", "activation density (%)", PCT, show="pct"),
+    Col("pattern", "pattern", show="text"),
     Col("reachable_outputs_min", "reach (%)", PCT, HIGHER, "pct", digits=0),
     Col("train_flops_mean", "train FLOPs", "FLOPs", LOWER, "si"),
     Col("train_flops_rel_dense_mean", "train FLOPs ÷ dense", "ratio", LOWER, "times", 3),
@@ -474,9 +480,12 @@ def pareto_plot(board: pl.DataFrame, path: Path) -> None:
                             linestyle="none", capsize=3)  # fmt: skip
                 continue
             color = f"C{i % 10}"
+            if "activation" in line.get_column("pattern").to_list():
+                label = f"{method} ({label_text}; weights dense, ✕)"
             ax.errorbar(x, y, yerr=err, color=color, capsize=3, label=label, marker="none")
             for xi, yi, s in zip(x, y, line.get_column("target_sparsity").to_list()):
-                ax.plot(xi, yi, marker=marker.get(s, "o"), color=color, markersize=7,
+                # 0 % beside dense: activation sparsity, whose weights stay dense
+                ax.plot(xi, yi, marker=marker.get(s, "X"), color=color, markersize=7,
                         markeredgecolor="white", linestyle="none")  # fmt: skip
         # One label per sparsity cluster (points within a factor 1.5 of FLOPs), above its top;
         # where clusters of several sparsities share their FLOPs (pruning trains dense first)

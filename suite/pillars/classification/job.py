@@ -162,6 +162,9 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     # Wall-clock of the method's mask updates (MaskMethod.timed_update); null when it has none.
     regrowth_s, regrowth_updates = method.update_timing()
     activations = method.activation_density()
+    with method.plain_network():  # the masks' structure, not the method's activation rule
+        reachable = reachable_output_fraction(module.model, store, data.input_shape)
+        effective = effective_density(module.model, store, data.input_shape)
     distribution = getattr(params, "distribution", None)
 
     return {
@@ -196,9 +199,9 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         "mask_updates": store.mask_updates,
         "trained_density": trained_density,
         "reachable_outputs_init": connectivity.at_start,
-        "reachable_outputs": reachable_output_fraction(module.model, store, data.input_shape),
+        "reachable_outputs": reachable,
         "effective_density_init": connectivity.effective_at_start,
-        "effective_density": effective_density(module.model, store, data.input_shape),
+        "effective_density": effective,
         "regrowth_s": regrowth_s,
         "regrowth_updates": regrowth_updates,
     }

@@ -47,3 +47,11 @@ def test_mlp_hidden_layers_of_the_suites_models():
         TopKActivation.check_model(TopKActivationParams(), {"fc": nn.Linear(4, 2)})
     with pytest.raises(ValueError, match=r"k_fraction must be in \(0, 1\]"):
         TopKActivation.check_model(TopKActivationParams(0.0), {"a": nn.Linear(4, 4)})
+
+
+def test_the_plain_network_switches_top_k_off_for_the_masks_structural_measures():
+    m = _method(0.25)
+    out = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    with m.plain_network():
+        assert torch.equal(m._keep_top_k(nn.Linear(1, 4), (), out), out)
+    assert m._keep_top_k(nn.Linear(1, 4), (), out).tolist() == [[0.0, 0.0, 0.0, 4.0]]

@@ -77,6 +77,9 @@ def test_the_cli_writes_the_spec_and_the_targets_and_judges_at_two_looks(run, ca
     assert len((bench / "extend-seeds.targets").read_text().splitlines()) == 4
     targets, spec_out = bench / "extend-seeds.targets", bench / "extend-seeds.yaml"
     assert f"snakemake --cores 2 $(cat {targets}) --config spec={spec_out}" in out
+    # the judging command names the same claim files (a spec without a claims list would
+    # otherwise judge every shipped file)
+    assert f"sparsebench claims {bench} {claims_path} --spec {spec_path} --looks 2" in out
     assert main(["claims", str(bench), str(claims_path), "--looks", "2"]) == 0
     page = (bench / "claims.md").read_text()
     assert "(at the 97.5% level)" in page and "97.5% interval" in page

@@ -47,7 +47,7 @@ def test_board_files_escape_names_and_declare_units(tmp_path):
     files = write_leaderboard(runs, tmp_path)
     md = files["md"].read_text()
     assert "<b>" not in md and "### unstructured, 50 % sparse" in md
-    assert "Dense: perplexity 3" in md
+    assert "Dense: perplexity 3.0000, 1.0000 nats/byte." in md
     data = json.loads(files["json"].read_text())
     assert data["columns"]["perplexity"]["better"] == "lower"
     assert files["perplexity.png"].stat().st_size > 10_000
