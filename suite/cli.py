@@ -326,6 +326,7 @@ def _cmd_pillars(args: argparse.Namespace) -> int:
     for name, p in all_pillars().items():
         print(f"{name}: {p.title}")
         print(f"  spec keys: {', '.join(p.spec_keys)}")
+        print(f"  method families: {', '.join(p.families)}")
         for m in p.metrics:
             better = "higher" if m.higher_is_better else "lower"
             print(f"  metric {m.name} [{m.unit or 'count'}, {better} is better]: {m.description}")

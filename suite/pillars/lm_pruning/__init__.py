@@ -48,11 +48,11 @@ class LMPruningPillar(Pillar):
     cell_axes = ("target_sparsity",)
     extra_method_names = (DENSE,)
     metrics = (
-        Metric("perplexity", "", False, "held-out perplexity per byte"),
+        Metric("perplexity", "per byte", False, "held-out perplexity per byte"),
         Metric("test_loss", "nats/byte", False, "held-out cross-entropy"),
-        Metric("ppl_ratio", "", False, "perplexity ÷ the dense model's"),
+        Metric("ppl_ratio", "×", False, "perplexity ÷ the dense model's"),
         Metric("actual_sparsity", "fraction", True, "zeros of the pruned layers"),
-        Metric("flops_rel_dense", "", False, "linear layers' inference FLOPs ÷ dense"),
+        Metric("flops_rel_dense", "×", False, "linear layers' inference FLOPs ÷ dense"),
         Metric("prune_s", "s", False, "calibration statistics and pruning, wall-clock"),
     )
     plots = (Plot("perplexity.png", "perplexity.rst"),)
