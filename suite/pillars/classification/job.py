@@ -114,6 +114,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     )
     use_backend(module.model, module.masks, sec["execution"])
     method = info.cls(params, sparsity, ctx)
+    module.optimizer_factory = getattr(method, "make_optimizer", None)
     callbacks, connectivity = run_callbacks(method, ctx, data.input_shape)
     rounds = total_steps != recipe_steps
     trainer = quiet_trainer(

@@ -139,6 +139,8 @@ class ClassificationModule(pl.LightningModule):
         self.model = model
         self.masks = MaskStore(model)
         self.recipe = recipe
+        # module -> optimizer, set by a method that brings its own (None: the recipe's)
+        self.optimizer_factory = None
         self.total_steps = total_steps
         self.schedule_position = schedule_position
         self.metrics = nn.ModuleDict(
@@ -197,7 +199,10 @@ class ClassificationModule(pl.LightningModule):
 
     def configure_optimizers(self):
         r = self.recipe
-        if r.get("optimizer", "sgd") == "sgd":
+        own = self.optimizer_factory(self) if self.optimizer_factory is not None else None
+        if own is not None:  # a method whose optimizer is the method (Bregman iterations)
+            opt = own
+        elif r.get("optimizer", "sgd") == "sgd":
             opt = torch.optim.SGD(
                 self.parameters(),
                 lr=r["lr"],
