@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from sparsebench.methods.pruning.base import MaskMethod
 from sparsebench.methods.pruning.magnitude import MagnitudeOneShot
-from sparsebench.suite.pillars.classification.nm import nm_eligible, nm_mask
+from sparsebench.suite.pillars.classification.nm import nm_eligible, nm_mask, parse_nm
 from sparsebench.suite.registry import register
-
-
-def parse_nm(pattern: str) -> tuple[int, int]:
-    """(N, M) of an ``"N:M"`` pattern; ValueError unless 0 < N < M (2:4 and 4:8 in the
-    papers; 1:4 and 2:8 in Zhou et al.'s tables)."""
-    match = re.fullmatch(r"([1-9][0-9]*):([1-9][0-9]*)", str(pattern))
-    n, m = match.groups() if match else ("0", "0")
-    if not 0 < int(n) < int(m):
-        raise ValueError(f"pattern must be 'N:M' with 0 < N < M (e.g. '2:4'), got {pattern!r}")
-    return int(n), int(m)
-
 
 #: Least share of the prunable weights an N:M pattern must reach (ours): the layers whose size
 #: is not a multiple of M stay dense, and a pattern that leaves most weights dense would be

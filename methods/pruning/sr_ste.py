@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparsebench.methods.pruning.nm_magnitude import NMPatternMethod, parse_nm
-from sparsebench.suite.pillars.classification.nm import nm_mask, sr_ste_forward
+from sparsebench.methods.pruning.nm_magnitude import NMPatternMethod
+from sparsebench.suite.pillars.classification.nm import nm_mask, parse_nm, sr_ste_forward
 from sparsebench.suite.registry import register
 
 

@@ -15,7 +15,19 @@ record says so.
 
 from __future__ import annotations
 
+import re
+
 import torch
+
+
+def parse_nm(pattern: str) -> tuple[int, int]:
+    """(N, M) of an ``"N:M"`` pattern; ValueError unless 0 < N < M (2:4 and 4:8 in the
+    papers; 1:4 and 2:8 in Zhou et al.'s tables)."""
+    match = re.fullmatch(r"([1-9][0-9]*):([1-9][0-9]*)", str(pattern))
+    n, m = match.groups() if match else ("0", "0")
+    if not 0 < int(n) < int(m):
+        raise ValueError(f"pattern must be 'N:M' with 0 < N < M (e.g. '2:4'), got {pattern!r}")
+    return int(n), int(m)
 
 
 def nm_eligible(shape: tuple[int, ...], m: int) -> bool:

@@ -1,5 +1,6 @@
-"""The lm_pruning pillar: post-training pruning of a language model (magnitude, Wanda,
-SparseGPT), unstructured and N:M, judged by held-out perplexity against the dense model.
+"""The lm_pruning pillar: pruning a language model once it is trained, by the methods of the
+lm_pruning family (methods/lm_pruning/), unstructured and N:M, judged by held-out perplexity
+against the unpruned model.
 
 The model is the SAE pillar's byte-level transformer (suite/pillars/sae/models.py) trained on
 the stdlib corpus, here at the size in :data:`MODEL_DEFAULTS`, once, as an artefact
@@ -23,7 +24,7 @@ from .columns import COLUMNS
 
 FAMILY = ("lm_pruning",)
 # The model pruned (ours: the SAE pillar's model made deeper and wider, so that each block has
-# linear layers of 128-512 inputs to prune; a few minutes of training on 2 cores).
+# linear layers of 128-512 inputs to prune; about ten minutes to train on 2 cores).
 MODEL_DEFAULTS: dict[str, Any] = {
     "d_model": 128, "n_blocks": 4, "n_heads": 4, "ctx": 128, "steps": 1500, "batch_size": 32,
     "lr": 2e-3, "corpus_bytes": 4_000_000,
@@ -36,8 +37,8 @@ CALIBRATION_BYTES = 4 * 2**30
 
 @register_pillar
 class LMPruningPillar(Pillar):
-    """Post-training pruning of a small language model: magnitude, Wanda and SparseGPT at
-    unstructured and N:M sparsity, held-out perplexity against the dense model."""
+    """Pruning a small trained language model, one layer at a time from calibration text, at
+    unstructured and N:M sparsity; held-out perplexity against the unpruned model."""
 
     name = "lm_pruning"
     title = "Language-model pruning"
@@ -249,7 +250,7 @@ def target(pattern: str, sparsity: float):
     """The :class:`~sparsebench.methods.lm_pruning.base.Target` of a pattern ("unstructured"
     at ``sparsity``, or "N:M")."""
     from sparsebench.methods.lm_pruning.base import Target
-    from sparsebench.methods.pruning.nm_magnitude import parse_nm
+    from sparsebench.suite.pillars.classification.nm import parse_nm
 
     if pattern == "unstructured":
         return Target(sparsity)
