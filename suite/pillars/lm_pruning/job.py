@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from sparsebench.methods.lm_pruning.base import LayerStats, LMPruningMethod, Target
 from sparsebench.suite import paths, tensorfile
 from sparsebench.suite.pillars.sae import corpus
 from sparsebench.suite.pillars.sae.models import LMConfig, TinyLM
+from sparsebench.suite.pillars.sae.sources import lm_bytes
 
 PILLAR = "lm_pruning"
 CHUNK = 32  # windows per forward pass (memory: CHUNK · ctx · 4 · d_model floats)
@@ -48,11 +48,6 @@ def _how(mid: str) -> str:
     )
 
 
-def _train_bytes(cfg: LMConfig) -> torch.Tensor:
-    b, _ = corpus.load("train", cfg.corpus_bytes)
-    return torch.from_numpy(b.astype("int64"))
-
-
 def eval_windows(ctx: int, tokens: int) -> torch.Tensor:
     """The held-out windows (W, ctx + 1) int64 of :func:`corpus.held_out_windows`: files the
     model never saw."""
@@ -66,7 +61,7 @@ def calibration_windows(cfg: LMConfig, sequences: int, seed: int) -> torch.Tenso
     from the model's own training order."""
     from sparsebench.suite.pillars.sae.train import random_offsets
 
-    data = _train_bytes(cfg)
+    data = lm_bytes("train", cfg.corpus_bytes)
     offs = random_offsets(len(data), cfg.ctx, sequences, 1000 + seed)
     return torch.stack([data[o : o + cfg.ctx] for o in offs.tolist()])
 
@@ -76,7 +71,7 @@ def build_model(artefact) -> None:
     from sparsebench.suite.pillars.sae.train import lm_loss, train_lm
 
     cfg = LMConfig(**artefact.params["model"])
-    model, facts = train_lm(cfg, _train_bytes(cfg))
+    model, facts = train_lm(cfg, lm_bytes("train", cfg.corpus_bytes))
     with torch.no_grad():
         facts["test_loss"] = float(lm_loss(model, eval_windows(cfg.ctx, 16_384)))
     facts["loss_unit"] = "nats per byte"
@@ -125,13 +120,12 @@ def prepare(cfg: LMConfig, section: dict[str, Any], seeds: Iterable[int]) -> Sta
 
 def held_out_loss(model: nn.Module, windows: torch.Tensor) -> float:
     """Mean next-byte cross-entropy (nats) over every target byte of ``windows``."""
+    from sparsebench.suite.pillars.sae.train import lm_loss
+
     total, count = 0.0, 0
     with torch.no_grad():
-        for chunk in windows.split(CHUNK):
-            logits = model(chunk[:, :-1])
-            total += float(
-                F.cross_entropy(logits.flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
-            )
+        for chunk in windows.split(CHUNK):  # the SAE pillar's next-byte loss, chunk by chunk
+            total += float(lm_loss(model, chunk)) * chunk[:, 1:].numel()
             count += chunk[:, 1:].numel()
     return total / count
 

@@ -225,7 +225,8 @@ def _source_of(params: Mapping[str, Any]) -> Source:
     )  # fmt: skip
 
 
-def _lm_bytes(split: str, n: int) -> torch.Tensor:
+def lm_bytes(split: str, n: int) -> torch.Tensor:
+    """The first ``n`` bytes of the corpus split ``split`` as int64 tokens."""
     b, _ = corpus.load(split, n)
     return torch.from_numpy(b.astype("int64"))
 
@@ -253,7 +254,7 @@ def build(artefact: Artefact, data_root: str) -> None:
     src = _source_of(p)
     if p["what"] == "model":
         if src.kind == "lm":
-            model, facts = train_lm(src.model, _lm_bytes("train", src.model.corpus_bytes))
+            model, facts = train_lm(src.model, lm_bytes("train", src.model.corpus_bytes))
             windows, _ = _eval_windows(_with_eval(src, 16_384))
             with torch.no_grad():
                 facts["test_loss"] = float(lm_loss(model, windows))
@@ -270,7 +271,7 @@ def build(artefact: Artefact, data_root: str) -> None:
     if src.kind == "lm":
         ctx = src.model.ctx
         n_win = math.ceil(src.train_tokens / ctx)
-        data = _lm_bytes("train", src.model.corpus_bytes)
+        data = lm_bytes("train", src.model.corpus_bytes)
         offs = random_offsets(len(data), ctx, n_win, src.model.seed + 1)
         train_x = torch.stack([data[o : o + ctx] for o in offs.tolist()])
         eval_inputs, probe = _eval_windows(src)
