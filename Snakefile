@@ -29,6 +29,7 @@ rule all:
 
 onstart:
     save_run_plan()
+    import_pandas_meanwhile()
 
 
 # The workflow is alive at its end: a cell still "in flight" died on its own (a crash, an

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -76,7 +77,7 @@ def tables(source: Path, n: int, keep: bool = False) -> dict[str, float]:
     return out
 
 
-def startup(cores: int = 2, keep: bool = False) -> dict[str, float]:
+def startup(cores: int = 2, keep: bool = False, repeat: int = 3) -> dict[str, float]:
     """Time ``sparsebench run`` on the one-cell spec (``suite/benchmarks/one_cell.yaml``) in a
     new folder, with the warm job server (the default) and without it (``--no-warm``, as plain
     ``snakemake``), then again with nothing to do: the wall-clock of each against the cell's own
@@ -85,7 +86,10 @@ def startup(cores: int = 2, keep: bool = False) -> dict[str, float]:
 
     The first run, on a new data root, builds what the spec's data caches (once per data root,
     shared by every later run, as the trained models are) and is reported apart; the runs after
-    it share that data root, so they measure what every run after the first pays."""
+    it share that data root, so they measure what every run after the first pays.
+
+    Each measurement after the first is repeated ``repeat`` times, in turn, and reported as its
+    median with its range: one sample of a few seconds on a shared machine moves by a second."""
     import subprocess
 
     import yaml
@@ -106,22 +110,35 @@ def startup(cores: int = 2, keep: bool = False) -> dict[str, float]:
         cmd = [sys.executable, "-m", "sparsebench.suite.cli", "run", "one.yaml"]
         return timed([*cmd, "--cores", str(cores), *extra], folder)
 
-    imports = timed([sys.executable, "-c", "import torch, lightning.pytorch"], tmp)
     data = tmp / "data"
     new_data = run(tmp / "new_data", data)  # builds the data caches under tmp/data
-    cold = run(tmp / "cold", data, "--no-warm")
-    first = run(tmp / "warm", data)
-    again = run(tmp / "warm", data)
-    record = next((tmp / "warm" / "results" / spec["benchmark"]).rglob("record.json"))
-    cell_s = json.loads(record.read_text())["cell_s"]
+    samples: dict[str, list[float]] = {"imports": [], "cold": [], "first": [], "again": []}
+    cells: list[float] = []
+    for i in range(repeat):
+        samples["imports"].append(
+            timed([sys.executable, "-c", "import torch, lightning.pytorch"], tmp)
+        )
+        samples["cold"].append(run(tmp / f"cold{i}", data, "--no-warm"))
+        samples["first"].append(run(tmp / f"warm{i}", data))
+        samples["again"].append(run(tmp / f"warm{i}", data))
+        record = next((tmp / f"warm{i}" / "results" / spec["benchmark"]).rglob("record.json"))
+        cells.append(json.loads(record.read_text())["cell_s"])
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    cell_s = statistics.median(cells)
     out = {
-        "one_cell_wall_s": round(first, 2),
-        "one_cell_no_warm_wall_s": round(cold, 2),
+        "repeat": repeat,
+        "one_cell_wall_s": round(med["first"], 2),
+        "one_cell_wall_range_s": [round(min(samples["first"]), 2), round(max(samples["first"]), 2)],
+        "one_cell_no_warm_wall_s": round(med["cold"], 2),
         "one_cell_new_data_root_wall_s": round(new_data, 2),
         "cell_s": round(cell_s, 3),
-        "job_startup_s": round(imports, 2),
-        "one_cell_goal_s": round(3 * cell_s + imports, 2),
-        "noop_rerun_s": round(again, 2),
+        "job_startup_s": round(med["imports"], 2),
+        "job_startup_range_s": [
+            round(min(samples["imports"]), 2),
+            round(max(samples["imports"]), 2),
+        ],
+        "one_cell_goal_s": round(3 * cell_s + med["imports"], 2),
+        "noop_rerun_s": round(med["again"], 2),
         "noop_goal_s": 10.0,
     }
     if keep:
@@ -189,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("startup", help="a one-cell run and a no-op rerun vs the cell's time")
     st.add_argument("--cores", type=int, default=2)
     st.add_argument("--keep", action="store_true", help="keep the run's folder")
+    st.add_argument("--repeat", type=int, default=3, help="samples per measurement (median)")
     o = sub.add_parser("overhead", help="wall-clock vs the cells' own time")
     o.add_argument("bench_dir")
     o.add_argument(
@@ -203,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "tables":
         result = tables(Path(args.source), args.records, args.keep)
     elif args.cmd == "startup":
-        result = startup(args.cores, args.keep)
+        if args.repeat < 1:
+            p.error(f"--repeat {args.repeat}: give 1 or more samples")
+        result = startup(args.cores, args.keep, args.repeat)
     else:
         wall, cores, since = args.wall, args.cores, args.since
         if wall is None:

@@ -30,6 +30,7 @@ an ordinary fork.
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import selectors
@@ -94,6 +95,9 @@ PRELOAD = (
 # each runs in a standby: a child forked ahead of its job that imports these meanwhile.
 TABLE_COMMANDS = frozenset({"aggregate", "summary", "claims"})
 TABLE_PRELOAD = (
+    "matplotlib.pyplot",  # the boards' plots, and markdown their HTML pages
+    "matplotlib.backends.backend_agg",
+    "markdown",
     "polars",
     "sparsebench.suite.schemas",
     "sparsebench.suite.tables",
@@ -101,6 +105,7 @@ TABLE_PRELOAD = (
 )
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 LIGHT_PRELOAD = ("threadpoolctl", "sparsebench.suite.cli")
+GO = b"g"  # the server's word to a standby spawned during the preload: import now
 FORK_UNSAFE = ("polars", "pandera", "pyarrow")
 _HEADER = struct.Struct("!I")
 
@@ -228,7 +233,8 @@ class Server:
         self.started: dict[int, float] = {}  # child pid -> when it was forked
         self.standby: tuple[int, socket.socket] | None = None  # pid, channel of a table job
         self.table_modules: list[str] = []  # what a standby imports
-        self.listener: socket.socket | None = None
+        self.listener: socket.socket | None = None  # set before the preload by main()
+        self.standby_waits = False  # the standby waits for GO (spawned during the preload)
 
     @staticmethod
     def log(text: str) -> None:
@@ -249,18 +255,15 @@ class Server:
             t0 = time.perf_counter()
             importlib.import_module(name)
             self.log(f"preloaded {name} in {time.perf_counter() - t0:.2f} s")
+            if name == "torch" and self.listener is not None:
+                trigger = self.listener.dup()  # the child closes the listener's own fd
+                try:
+                    self._spawn_standby(pillars, trigger=trigger)
+                finally:
+                    trigger.close()
         # The built-in pillars and their methods; not plug-ins, which the jobs load (one
         # that imports polars at its top must not stop the server).
-        from sparsebench.suite.pillar import builtin_pillars
-        from sparsebench.suite.registry import discover, package_exists
-
-        for pillar in builtin_pillars():
-            if pillars is not None and pillar.name not in pillars:
-                continue
-            for family in pillar.families:
-                package = pillar.method_package(family)
-                if package_exists(package):
-                    discover(package)
+        _import_methods(pillars)
         unsafe = [m for m in FORK_UNSAFE if m in sys.modules]
         if unsafe:
             raise RuntimeError(
@@ -269,6 +272,10 @@ class Server:
             )
         self.added = {k: v for k, v in os.environ.items() if before.get(k) != v}
         self.table_modules = [*TABLE_PRELOAD, *_pillar_modules(pillars, ("table", "board"))]
+        # What the preload made lives as long as the server: out of the collector's reach, a
+        # child's first full collection does not walk torch's and Lightning's millions of
+        # objects (0.25 s of a board job) nor write to their pages (copy-on-write).
+        gc.freeze()
 
     def serve(self, listener: socket.socket) -> None:
         self.wake = socket.socketpair()  # a signal's byte ends select() without its timeout
@@ -280,7 +287,14 @@ class Server:
         self.sel.register(listener, selectors.EVENT_READ, None)
         self.sel.register(self.wake[0], selectors.EVENT_READ, "wake")
         self.listener = listener
-        self._spawn_standby()
+        if self.standby is not None and self.standby_waits:
+            try:  # the word to import, if no job has given it already
+                self.standby[1].sendall(GO)
+            except OSError:  # it died meanwhile (reaped below)
+                pass
+        elif self.standby is None:
+            self._spawn_standby()
+        self.standby_waits = False
         while not self.stopping:
             for key, _ in self.sel.select(timeout=0.2):
                 if key.data is None:
@@ -359,16 +373,31 @@ class Server:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         return pid
 
-    def _spawn_standby(self) -> None:
-        """Fork the standby of the next table job; it imports :attr:`table_modules`."""
+    def _spawn_standby(
+        self, pillars: Sequence[str] | None = None, trigger: socket.socket | None = None
+    ) -> None:
+        """Fork the standby of the next table job; it imports :attr:`table_modules`.
+
+        With a ``trigger`` (the listening socket, during the preload, once torch is in: a
+        table job needs torch for the method registry but not Lightning), the standby waits
+        until a job connects (the workflow is parsed: a core is free while Lightning is
+        imported) or the server serves, then imports the table modules and the ``pillars``'
+        methods: off the first cell's way. (A claims job, rarely the first table job, then
+        imports scipy.stats itself.)"""
         ours, theirs = socket.socketpair()
+        if trigger is None:
+            modules, methods = self.table_modules, None
+        else:
+            modules = [*TABLE_PRELOAD, *_pillar_modules(pillars, ("table", "board"))]
+            methods = pillars
         try:
             pid = self._fork(
-                lambda close: _standby(theirs, self.table_modules, close), extra=[ours]
+                lambda close: _standby(theirs, modules, close, trigger, methods), extra=[ours]
             )
         finally:
             theirs.close()
         self.standby = (pid, ours)
+        self.standby_waits = trigger is not None
 
     def _hand_to_standby(self, request: dict, fds: list[int]) -> int | None:
         """Send the job to the standby; its pid, or None when there is no standby to take it
@@ -497,18 +526,41 @@ def _leave_server(close: Sequence[int]) -> None:
         os.close(fd)
 
 
-def _standby(chan: socket.socket, modules: Sequence[str], close: Sequence[int]) -> None:
+def _standby(
+    chan: socket.socket,
+    modules: Sequence[str],
+    close: Sequence[int],
+    trigger: socket.socket | None = None,
+    methods: Sequence[str] | None = None,
+) -> None:
     """In a forked child: import ``modules`` (polars and pandera: no fork may follow them),
     then wait for a job on ``chan`` and become it. Never returns; exits when the server
-    closes the channel first."""
+    closes the channel first. With a ``trigger`` (the server's listening socket, never
+    accepted on here) it first waits for a job to connect there or for :data:`GO` on
+    ``chan``, and imports the built-in ``methods`` pillars' methods too (None: all)."""
     import importlib
+    import select
 
     try:
         _leave_server(close)
+        awaiting_go = trigger is not None
+        if trigger is not None:
+            ready, _, _ = select.select([chan, trigger], [], [])
+            trigger.close()
+            if chan in ready:
+                if chan.recv(len(GO)) != GO:
+                    raise ValueError("the server closed the channel")
+                awaiting_go = False
         t0 = time.perf_counter()
         for name in modules:
             importlib.import_module(name)
+        if trigger is not None:
+            _import_methods(methods)
+        gc.freeze()  # as the server's preload: its own imports too
+        gc.freeze()  # as the server's preload: its own imports too
         Server.log(f"standby {os.getpid()} ready in {time.perf_counter() - t0:.2f} s")
+        if awaiting_go and chan.recv(len(GO)) != GO:  # the server sends it before any job
+            raise ValueError("the server closed the channel")
         request, fds = _receive(chan)
     except BaseException as e:  # the server's channel closed, or an import failed
         if not isinstance(e, ValueError | OSError | KeyboardInterrupt):
@@ -563,6 +615,20 @@ def _child(request: dict, fds: list[int], close: Sequence[int], left: bool = Fal
             except Exception:
                 pass
         os._exit(code if isinstance(code, int) else 1)
+
+
+def _import_methods(pillars: Sequence[str] | None) -> None:
+    """Import the methods of the built-in ``pillars`` (all when None)."""
+    from sparsebench.suite.pillar import builtin_pillars
+    from sparsebench.suite.registry import discover, package_exists
+
+    for pillar in builtin_pillars():
+        if pillars is not None and pillar.name not in pillars:
+            continue
+        for family in pillar.families:
+            package = pillar.method_package(family)
+            if package_exists(package):
+                discover(package)
 
 
 def _pillar_modules(pillars: Sequence[str] | None, names: Sequence[str]) -> list[str]:
@@ -636,6 +702,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # import rather than paying all of it; if the preload fails, it runs on its own.
         listener.bind(args.socket)
         listener.listen(64)
+        server.listener = listener
         try:
             pillars = None if args.pillars is None else [p for p in args.pillars.split(",") if p]
             if args.preload is not None:

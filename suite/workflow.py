@@ -12,9 +12,12 @@ done too until ``sparsebench retry-failed`` removes it.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import json
 import math
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -368,3 +371,18 @@ def exit_without_teardown(code: int) -> None:
         os._exit(code)
 
     atexit.register(leave)
+
+
+def import_pandas_meanwhile() -> threading.Thread | None:
+    """Start importing pandas in a thread of Snakemake's process, when it is installed.
+
+    Snakemake imports pandas (about 0.4 s) to hash a job's params when it records the first
+    finished job; in a new results folder that falls between the first job and the next one,
+    on the way to the answer. Started when the run starts (``onstart``), the import runs while
+    Snakemake waits for its first jobs. A thread that is not a daemon: the interpreter waits
+    for it at its end rather than stopping it inside an import."""
+    if importlib.util.find_spec("pandas") is None:
+        return None
+    thread = threading.Thread(target=importlib.import_module, args=("pandas",), name="pandas")
+    thread.start()
+    return thread

@@ -18,6 +18,7 @@ from sparsebench.suite.workflow import (
     batches,
     drop_broken_tables,
     exit_without_teardown,
+    import_pandas_meanwhile,
     load_artefact_plan,
     load_plan,
     release_scheduler_timers,

@@ -379,3 +379,56 @@ def test_the_servers_exit_handlers_run_once_in_the_server_not_in_every_job(tmp_p
         proc.terminate()
         assert proc.wait(timeout=30) == 0
     assert marker.read_text() == "x"
+
+
+def _fork_standby(tmp_path, listener, trigger: bool):
+    """A standby forked from this test as the server forks one during its preload (with the
+    listening socket as its trigger), its stdout (the server's log) on a pipe."""
+    import socket
+
+    ours, theirs = socket.socketpair()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        sys.stdout = os.fdopen(w, "w")  # Server.log's stream (pytest holds fd 1)
+        warm._standby(theirs, ["json"], [ours.fileno(), r], listener if trigger else None, [])
+    os.close(w)
+    theirs.close()
+    os.set_blocking(r, False)
+    return pid, ours, r
+
+
+def _read(fd) -> str:
+    try:
+        return os.read(fd, 4096).decode()
+    except BlockingIOError:
+        return ""
+
+
+@pytest.mark.parametrize("wake", ["a job connects", "the server serves"])
+def test_a_standby_forked_during_the_preload_imports_only_once_woken(tmp_path, wake):
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "jobs.sock"))
+    listener.listen(4)
+    pid, chan, out = _fork_standby(tmp_path, listener, trigger=True)
+    time.sleep(0.5)
+    assert "ready" not in _read(out)  # waiting: the workflow is still being parsed
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if wake == "a job connects":
+        client.connect(str(tmp_path / "jobs.sock"))
+    else:
+        chan.sendall(warm.GO)
+    got = _wait_for(lambda: re.search(r"standby \d+ ready", _read(out)), 30)
+    assert got
+    if wake == "a job connects":
+        listener.settimeout(5)
+        conn, _ = listener.accept()  # the standby never accepted it: the server gets the job
+        conn.close()
+        chan.sendall(warm.GO)  # the server's word still comes, before any job
+    chan.close()  # the server ends: its idle standby too
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    client.close()
+    listener.close()
