@@ -72,7 +72,10 @@ def test_grid_and_defaults(tmp_path):
             ["(top level)", "unknown key 'bogus'", "allowed keys:", "benchmark"],
         ),
         (_with(tasks__d__recipe__lrr=0.1), ["tasks.d.recipe", "unknown key 'lrr'", "epochs"]),
-        (_with(methods={"rigl2": {}}), ["methods.rigl2", "unknown method 'rigl2'", "rigl, set"]),
+        (
+            _with(methods={"rigl2": {}}),
+            ["methods.rigl2", "unknown method 'rigl2'", "rigl, serene, set"],
+        ),
         (
             _with(methods={"rigl": {"drop_frac": 0.1}}),
             ["methods.rigl", "unknown parameter 'drop_frac'", "drop_fraction"],

@@ -230,7 +230,7 @@ SHARED_KEYS = {"distribution": "; global is for pruning methods and acdc/arc_acd
 # accepts the model: the MLP on digits (3 x 79 steps: enough for the published schedules of
 # GMP and RigL), LeNet-5 on mnist5k for CNN-only methods (2 epochs: CHT acts at epoch ends),
 # the MLP on the 1,000-class wide1k for HASTE's large output layer (157 steps: RigL's T_end
-# passes ΔT = 100).
+# passes ΔT = 100), the MLP on digits with AdamW for a method that takes Adam's steps.
 _EXAMPLE_TASKS = (
     ("digits_mlp", {"dataset": "digits", "model": "lenet300_100",
                     "recipe": {"epochs": 3, "batch_size": 16, "lr": 0.05}}),
@@ -238,6 +238,9 @@ _EXAMPLE_TASKS = (
                      "recipe": {"epochs": 2, "batch_size": 64, "lr": 0.05}}),
     ("wide1k_mlp", {"dataset": "wide1k", "model": "lenet300_100",
                     "recipe": {"epochs": 1, "batch_size": 128, "lr": 0.05}}),
+    ("digits_mlp_adamw", {"dataset": "digits", "model": "lenet300_100",
+                          "recipe": {"epochs": 3, "batch_size": 16, "optimizer": "adamw",
+                                     "lr": 0.001}}),
 )  # fmt: skip
 
 
@@ -256,6 +259,9 @@ def _example_task(method: str | None) -> tuple[str, dict[str, Any]]:
             info.cls.check_model(
                 params, prunable_layers(build_model(task["model"], d.input_shape, d.num_classes))
             )
+            check_recipe = getattr(info.cls, "check_recipe", None)
+            if check_recipe is not None:  # a method with its own optimizer (HORST: Adam's)
+                check_recipe(params, task["recipe"])
         except ValueError:
             continue
         return name, task
@@ -355,6 +361,9 @@ def _preflight(spec: Spec) -> None:
                     else:
                         cls.check_budget(setting.params, total_steps)
                     cls.check_model(setting.params, layers)
+                    check_recipe = getattr(cls, "check_recipe", None)
+                    if check_recipe is not None:  # a method that brings its own optimizer
+                        check_recipe(setting.params, recipe)
                     if registry.get_method(method, FAMILIES).sparse:
                         # methods whose reach depends on the model get its layers too
                         by_layers = "layers" in inspect.signature(cls.check_sparsity).parameters

@@ -210,6 +210,10 @@ class ClassificationModule(pl.LightningModule):
                 nesterov=r.get("nesterov", False),
                 weight_decay=r.get("weight_decay", 0.0),
             )
+        elif r.get("optimizer") == "adamw":  # decoupled weight decay (Loshchilov & Hutter 2019)
+            opt = torch.optim.AdamW(
+                self.parameters(), lr=r["lr"], weight_decay=r.get("weight_decay", 0.0)
+            )
         else:
             opt = torch.optim.Adam(
                 self.parameters(), lr=r["lr"], weight_decay=r.get("weight_decay", 0.0)
