@@ -88,7 +88,8 @@ class Horst(GMP):
     mirror step); the mirror scale β = ``beta_rel`` (0.1) × each layer's initial RMS weight, and
     the step normalised so a weight at the initial scale moves as under Adam (see the
     optimizer); AdamW's moments (0.9, 0.999), ε 1e-8 and decoupled weight decay from the
-    recipe; biases and normalisation parameters take plain AdamW steps; the learning rate and
+    recipe; every other parameter (biases, norms, a ViT's class token and position
+    embeddings) takes plain AdamW steps, as under its partner; the learning rate and
     its schedule are the recipe's; reaching the target by GMP's magnitude schedule (25-75 % of
     the run, global ranking), as the optimizer alone reaches no given sparsity.
 
@@ -108,7 +109,7 @@ class Horst(GMP):
             if not 0.0 < self.beta_rel <= 10.0:
                 raise ValueError(
                     f"beta_rel must be in (0, 10] (β relative to a layer's initial RMS weight; "
-                    f"large β is AdamW), got {self.beta_rel}"
+                    f"a large β approaches AdamW), got {self.beta_rel}"
                 )
             if self.init != "default":
                 check_dense_start(self.init, "HORST starts dense")
@@ -116,11 +117,13 @@ class Horst(GMP):
 
     @classmethod
     def check_recipe(cls, params: Params, recipe: dict[str, Any]) -> None:
-        if recipe.get("optimizer", "sgd") == "sgd":
+        name = recipe.get("optimizer", "sgd")
+        if name != "adamw":
             raise ValueError(
-                f"HORST takes Adam's step at the recipe's lr ({recipe['lr']}), which is an SGD "
-                "learning rate in this recipe; give the task an Adam recipe (optimizer: adamw, "
-                "lr: 0.001) and its AdamW partner the same"
+                f"HORST takes AdamW's step with its decoupled weight decay at the recipe's lr "
+                f"({recipe['lr']}); this recipe's optimizer is {name}, so its AdamW partner "
+                "(the same recipe without HORST) would not be AdamW; give the task "
+                "optimizer: adamw (lr: 0.001)"
             )
 
     def make_optimizer(self, module: nn.Module) -> torch.optim.Optimizer:
@@ -131,7 +134,7 @@ class Horst(GMP):
         for name in store.layers:
             w = store.weight(name)
             ids.add(id(w))
-            rms = float(w.detach().pow(2).mean().sqrt())
+            rms = max(float(w.detach().pow(2).mean().sqrt()), 1e-8)  # an all-zero layer
             beta = self.params.beta_rel * rms
             groups.append({"params": [w], "beta": beta, "scale": math.sqrt(rms**2 + beta**2)})
         groups.append({"params": [p for p in module.parameters() if id(p) not in ids]})

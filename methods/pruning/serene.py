@@ -30,8 +30,12 @@ class Serene(Lobster):
         S_n = α · mean_batch |∂(Σ_k y_k) / ∂z_n|,   α = 1 / C,
 
     one extra backward of Σ_k y_k to the layers' outputs per step (a convolution's channel
-    averages over its map too); biases are not regularized. λ = 1e-4 and α = 1/C from the
-    authors' code (github.com/EIDOSLAB/SeReNe, ``serene_alpha``).
+    averages over its map too, a linear layer on a token sequence over the tokens); biases are
+    not regularized. λ = 1e-4 as LOBSTER's default; the variant and α are required arguments
+    of the authors' code (github.com/EIDOSLAB/SeReNe, ``-serene_type``, ``-serene_alpha``,
+    whose help text gives α = 1/C): ``lower-bound`` and α = 1/C are ours from it. Their
+    lower-bound path reduces a convolution's sensitivity to its first channel's (a bug that
+    breaks their update); here each channel keeps its own mean, as their ``full`` path does.
 
     Ours, as for LOBSTER (methods/pruning/lobster.py): the authors prune at validation-loss
     plateaus with the largest |w| threshold that keeps the loss within ``twt`` (a bisection)
@@ -49,6 +53,8 @@ class Serene(Lobster):
     arXiv:2102.03773, Sec. III (neuron sensitivity, its bounded form, the update); the
     authors' code for the defaults and the variant.
     """
+
+    hooks_layers = True  # forward hooks on the pruned layers: execution dense_mask only
 
     @dataclass
     class Params(Lobster.Params):
@@ -75,9 +81,13 @@ class Serene(Lobster):
         names = [n for n in pl_module.masks.layers if n in self._outputs]
         zs = [self._outputs.pop(n) for n in names]
         grads = torch.autograd.grad(y.sum(), zs, retain_graph=True)
-        alpha = 1.0 / y.shape[1]
+        alpha = 1.0 / y.shape[-1]
+        layers = pl_module.masks.layers
         for name, g in zip(names, grads, strict=True):
-            dims = [0, *range(2, g.dim())]  # the batch, and a channel's map
+            # a neuron's axis: a linear layer's last (its input may be a token sequence), a
+            # convolution's channel; the mean is over the batch, tokens and the channel's map
+            axis = g.dim() - 1 if isinstance(layers[name], nn.Linear) else 1
+            dims = [d for d in range(g.dim()) if d != axis]
             self._sensitivity[name] = alpha * g.abs().mean(dim=dims)
         self._outputs.clear()
 

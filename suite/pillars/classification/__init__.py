@@ -312,11 +312,17 @@ def _check_execution(data: dict[str, Any], source: str) -> None:
     from sparsebench.kernels import BACKENDS
 
     name = data["execution"]
-    dense = [m for m in data["methods"] if registry.get_method(m, FAMILIES).cls.straight_through]
+    dense = [
+        m
+        for m in data["methods"]
+        if (cls := registry.get_method(m, FAMILIES).cls).straight_through
+        or getattr(cls, "hooks_layers", False)
+    ]
     if dense and name != "dense_mask":
         raise SpecError(
             f"{source}: {KEY}.execution: {name!r} cannot run {', '.join(dense)}, which "
-            "train(s) dense weights behind the masks; use execution: dense_mask"
+            "train(s) dense weights behind the masks or hook the layers' modules (a kernel "
+            "backend replaces them); use execution: dense_mask"
         )
     ok, why = BACKENDS[name].available()
     if ok and name == "triton" and not torch.cuda.is_available():

@@ -63,9 +63,11 @@ def test_small_weights_move_less_than_large_ones():
     )
 
 
-def test_an_sgd_recipe_is_refused_and_beta_is_bounded():
+def test_only_an_adamw_recipe_is_taken_and_beta_is_bounded():
     with pytest.raises(ValueError, match="adamw"):
         Horst.check_recipe(Horst.Params(), {"optimizer": "sgd", "lr": 0.05})
+    with pytest.raises(ValueError, match="adamw"):  # coupled decay: its partner not AdamW
+        Horst.check_recipe(Horst.Params(), {"optimizer": "adam", "lr": 0.001})
     Horst.check_recipe(Horst.Params(), {"optimizer": "adamw", "lr": 0.001})
     with pytest.raises(ValueError, match="beta_rel"):
         Horst.Params(beta_rel=0.0).validate()

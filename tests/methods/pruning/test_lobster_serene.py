@@ -90,3 +90,19 @@ def test_serene_ignores_evaluation_forwards():
 def test_lambda_out_of_range_is_refused(lmbda):
     with pytest.raises(ValueError, match="lmbda"):
         Lobster.Params(lmbda=lmbda).validate()
+
+
+def test_serene_on_token_sequences_takes_a_neuron_per_output_feature():
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    store = MaskStore(model)
+    ctx = type("C", (), {"total_steps": 100, "flops": _Flops({"0": 12, "2": 6})})()
+    method = Serene(Serene.Params(), 0.5, ctx)
+    module = type("M", (), {"masks": store, "model": model})()
+    method.on_fit_start(None, module)
+    x = torch.randn(5, 7, 4)  # 5 sequences of 7 tokens
+    out = store.forward(x)
+    method.on_before_backward(None, module, out.sum())
+    w1, b1, w2 = (t.detach() for t in (model[0].weight, model[0].bias, model[2].weight))
+    d1 = w2.sum(0) * ((x @ w1.T + b1) > 0)  # per token
+    assert torch.allclose(method._sensitivity["0"], d1.abs().mean(dim=(0, 1)) / 2, atol=1e-6)

@@ -187,3 +187,12 @@ def test_a_straight_through_method_needs_dense_mask_execution(tmp_path):
     data["execution"] = "torch_csr"
     with pytest.raises(SpecError, match=r"execution: 'torch_csr' cannot run sr_ste.*dense_mask"):
         _load(tmp_path, data)
+
+
+def test_a_method_that_hooks_the_layers_needs_dense_mask_execution(tmp_path):
+    data = copy.deepcopy(BASE)
+    del data["tasks"]["cnn"]
+    data["methods"] = {"serene": {}}
+    data["execution"] = "torch_csr"
+    with pytest.raises(SpecError, match=r"execution: 'torch_csr' cannot run serene.*dense_mask"):
+        _load(tmp_path, data)
