@@ -78,6 +78,9 @@ class MaskMethod(Method):
     #: Whether the method trains dense weights behind its masks (MaskStore straight-through
     #: layers, SR-STE): its layers must run as dense x mask (``execution: dense_mask``).
     straight_through: ClassVar[bool] = False
+    #: Whether the method hooks the pruned layers' modules (SeReNe reads their outputs): a
+    #: kernel backend replaces those modules, so it runs with ``execution: dense_mask`` only.
+    hooks_layers: ClassVar[bool] = False
 
     def __init__(self, params: Any, sparsity: float, ctx: RunContext):
         self.params = params

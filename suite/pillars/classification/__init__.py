@@ -315,8 +315,7 @@ def _check_execution(data: dict[str, Any], source: str) -> None:
     dense = [
         m
         for m in data["methods"]
-        if (cls := registry.get_method(m, FAMILIES).cls).straight_through
-        or getattr(cls, "hooks_layers", False)
+        if (cls := registry.get_method(m, FAMILIES).cls).straight_through or cls.hooks_layers
     ]
     if dense and name != "dense_mask":
         raise SpecError(
