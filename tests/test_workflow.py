@@ -63,6 +63,9 @@ def _mtimes(folder):
     return {p: p.stat().st_mtime_ns for p in folder.glob("*/runs/**/record.json")}
 
 
+# A minute of three pillars' jobs: in `make test-slow` (CI runs it), which keeps `make test`
+# under five minutes; the toy pillar's tests cover reruns within `make test`.
+@pytest.mark.slow
 def test_mixed_spec_end_to_end_reruns_nothing_then_only_what_changed(tmp_path):
     """Classification (with execution: cpu) + hessian + kernels in one spec: each pillar's
     files in its own folder; a rerun does nothing; a changed parameter reruns only its cells;
