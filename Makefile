@@ -37,7 +37,8 @@ bench: $(STAMP)
 	$(PY) -m sparsebench.suite.perf overhead results/default
 
 # One pytest worker per core (pytest-xdist); `-n 0` runs them in one process. The fault and
-# fuzz tests (marker `slow`) are `make test-slow`, which CI runs too.
+# fuzz tests and the three-pillar end-to-end run (marker `slow`) are `make test-slow`, which
+# CI runs too.
 test: $(STAMP)
 	$(COMPILE)
 	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal -m "not slow"
