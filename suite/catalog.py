@@ -14,8 +14,10 @@ def closest(name: object, choices: Iterable[object]) -> str | None:
     """The choice most like ``name`` (difflib, ratio >= 0.6), or None: what a "did you mean"
     offers for a mistyped name. Every lookup of a user-typed name uses it, so that all suggest
     alike."""
-    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
-    return close[0] if close else None
+    # compared case-blind ("AdamW" is adamw, not adam), the choice returned as written
+    by_folded = {str(c).casefold(): str(c) for c in choices}
+    close = difflib.get_close_matches(str(name).casefold(), list(by_folded), n=1)
+    return by_folded[close[0]] if close else None
 
 
 def did_you_mean(name: object, choices: Iterable[object]) -> str:

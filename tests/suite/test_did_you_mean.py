@@ -26,6 +26,9 @@ def _error(data: dict) -> str:
 def test_the_shared_helpers():
     assert closest("mnsit", ["mnist", "digits"]) == "mnist"
     assert closest("zzz", ["mnist", "digits"]) is None
+    # case-blind: a capitalised name is its own choice, not a neighbour
+    assert closest("AdamW", ["sgd", "adam", "adamw"]) == "adamw"
+    assert closest("SGD", ["sgd", "adam", "adamw"]) == "sgd"
     assert did_you_mean("lamda", ["lam", "beta"]) == "; did you mean 'lam'?"
     assert did_you_mean("zzz", ["lam", "beta"]) == ""
     assert did_you_mean(3, []) == ""
