@@ -354,6 +354,18 @@ def _preflight(spec: Spec) -> None:
         except DatasetNotFoundError as e:
             raise SpecError(f"{src}: {KEY}.tasks.{name}.dataset: {e}") from None
         recipe = task["recipe"]
+        if recipe.get("nesterov"):  # torch refuses it only when the job builds the optimizer
+            optimizer = recipe.get("optimizer", "sgd")
+            if optimizer != "sgd":
+                raise SpecError(
+                    f"{src}: {KEY}.tasks.{name}.recipe.nesterov: true applies to SGD only; "
+                    f"this recipe's optimizer is {optimizer}"
+                )
+            if recipe.get("momentum", 0.9) == 0:
+                raise SpecError(
+                    f"{src}: {KEY}.tasks.{name}.recipe.nesterov: true needs momentum > 0 "
+                    "(got momentum: 0)"
+                )
         steps_per_epoch = math.ceil(info.n_train / recipe["batch_size"])
         total_steps = steps_per_epoch * recipe["epochs"]
         for method in task_methods(data, name):

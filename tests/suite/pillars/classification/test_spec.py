@@ -196,3 +196,19 @@ def test_a_method_that_hooks_the_layers_needs_dense_mask_execution(tmp_path):
     data["execution"] = "torch_csr"
     with pytest.raises(SpecError, match=r"execution: 'torch_csr' cannot run serene.*dense_mask"):
         _load(tmp_path, data)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "match"),
+    [
+        ({"momentum": 0.0, "nesterov": True}, r"recipe\.nesterov: true needs momentum > 0"),
+        ({"optimizer": "adamw", "nesterov": True}, r"recipe\.nesterov: .*SGD only.*adamw"),
+    ],
+)
+def test_nesterov_is_checked_at_validation(tmp_path, recipe, match):
+    data = copy.deepcopy(BASE)
+    del data["tasks"]["cnn"]
+    task = next(iter(data["tasks"].values()))
+    task["recipe"] = {**task["recipe"], **recipe}
+    with pytest.raises(SpecError, match=match):
+        _load(tmp_path, data)
