@@ -93,7 +93,7 @@ def markdown(board: pl.DataFrame, runs: pl.DataFrame) -> str:
         "Post-training pruning of the suite's byte-level language model (every linear layer of "
         "its blocks; embeddings, LayerNorms and the unembedding dense). Perplexity per byte on "
         "held-out files of the stdlib corpus, mean ± std over calibration draws (one draw: its "
-        "value and n=1; magnitude reads no calibration, so its draws agree). ÷ dense: the "
+        "value and n=1; a method that reads no calibration gives equal draws). ÷ dense: the "
         "perplexity over the unpruned model's on the same windows. Rank by perplexity within "
         "a pattern and sparsity; =k: a rank shared with methods that Welch's t-test (5 %) "
         "cannot tell from the group's best. leaderboard.csv and .json keep every column, "

@@ -26,7 +26,7 @@ CHUNK = 32  # windows per forward pass (memory: CHUNK · ctx · 4 · d_model flo
 # The linear layers of a block that are pruned (all of them: attention in, attention out,
 # MLP in, MLP out); embeddings, LayerNorms and the unembedding stay dense. The model computes
 # q, k and v with one fused weight; they are pruned as the three layers OPT and LLaMA have
-# (each its own magnitude threshold and SparseGPT blocks), from the same input statistics.
+# (each pruned on its own), from the same input statistics.
 LINEARS = ("qkv", "proj", "fc", "out")
 SPLIT = {"qkv": 3}
 

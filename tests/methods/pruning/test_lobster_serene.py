@@ -93,13 +93,7 @@ def test_lambda_out_of_range_is_refused(lmbda):
 
 
 def test_serene_on_token_sequences_takes_a_neuron_per_output_feature():
-    torch.manual_seed(3)
-    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
-    store = MaskStore(model)
-    ctx = type("C", (), {"total_steps": 100, "flops": _Flops({"0": 12, "2": 6})})()
-    method = Serene(Serene.Params(), 0.5, ctx)
-    module = type("M", (), {"masks": store, "model": model})()
-    method.on_fit_start(None, module)
+    model, store, method, module = _setup(Serene, 3)
     x = torch.randn(5, 7, 4)  # 5 sequences of 7 tokens
     out = store.forward(x)
     method.on_before_backward(None, module, out.sum())

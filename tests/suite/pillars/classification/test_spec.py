@@ -180,21 +180,15 @@ def test_nm_methods_run_at_their_patterns_sparsity_whatever_the_list(tmp_path):
     ]  # fmt: skip
 
 
-def test_a_straight_through_method_needs_dense_mask_execution(tmp_path):
+# sr_ste trains dense weights behind its masks, serene hooks the layer modules: a kernel
+# backend would replace both
+@pytest.mark.parametrize("method", ["sr_ste", "serene"])
+def test_a_method_that_needs_the_dense_layers_needs_dense_mask_execution(tmp_path, method):
     data = copy.deepcopy(BASE)
     del data["tasks"]["cnn"]
-    data["methods"] = {"sr_ste": {}}
+    data["methods"] = {method: {}}
     data["execution"] = "torch_csr"
-    with pytest.raises(SpecError, match=r"execution: 'torch_csr' cannot run sr_ste.*dense_mask"):
-        _load(tmp_path, data)
-
-
-def test_a_method_that_hooks_the_layers_needs_dense_mask_execution(tmp_path):
-    data = copy.deepcopy(BASE)
-    del data["tasks"]["cnn"]
-    data["methods"] = {"serene": {}}
-    data["execution"] = "torch_csr"
-    with pytest.raises(SpecError, match=r"execution: 'torch_csr' cannot run serene.*dense_mask"):
+    with pytest.raises(SpecError, match=rf"execution: 'torch_csr' cannot run {method}.*dense_mask"):
         _load(tmp_path, data)
 
 
