@@ -35,8 +35,8 @@ class Movement(GMP):
     embeddings and the task head dense); the kept count is rounded (``n_keep``; the authors
     floor it); the paper fine-tunes a pretrained BERT, here
     the network is trained from scratch, the regime where the paper reports magnitude
-    pruning doing as well or better (Sec. 6). Soft movement pruning (a threshold on σ(S)
-    with an L1 penalty whose λ sets the sparsity) is not here: it reaches no given target.
+    pruning doing as well or better (Sec. 6). Soft movement pruning is
+    :class:`~sparsebench.methods.pruning.soft_movement.SoftMovement`.
 
     Training FLOPs per example: sparse forward and activation gradient, and the dense
     gradient of W' that the scores need: ``2 f_S(t) + f_D``.
@@ -72,11 +72,12 @@ class Movement(GMP):
         store = pl_module.masks
         self.scores = {n: torch.zeros_like(store.weight(n)) for n in store.layers}
         for name in store.layers:
-            store.set_straight_through(name, self._masked_forward(self.scores[name]))
+            store.set_straight_through(name, self.moving_forward(self.scores[name], -1.0))
 
     @staticmethod
-    def _masked_forward(scores: torch.Tensor):
-        """W' = W ⊙ M whose gradient g also moves the scores: S ← S - g ⊙ W."""
+    def moving_forward(target: torch.Tensor, sign: float):
+        """A forward W' = W ⊙ M whose gradient g adds ``sign`` · g ⊙ W to ``target`` (hard
+        movement: the scores, S ← S − g ⊙ W; soft: the scores' gradient buffer)."""
 
         def forward(weight: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
             if not torch.is_grad_enabled():  # evaluation: nothing moves
@@ -87,7 +88,7 @@ class Movement(GMP):
             w = weight.detach()
 
             def move(grad: torch.Tensor) -> None:  # returns None: the gradient stays
-                scores.sub_(grad * w)
+                target.add_(grad * w, alpha=sign)
 
             used.register_hook(move)
             return used
