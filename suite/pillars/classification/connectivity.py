@@ -27,7 +27,7 @@ def _probe(model: nn.Module, store: MaskStore) -> tuple[nn.Module, dict[str, nn.
     """A float64 eval-mode copy of ``model`` with biases zero, normalizations the identity and
     every prunable weight replaced by its 0/1 mask (dense layers by ones); returns it and its
     prunable weights by layer name."""
-    probe = copy.deepcopy(model).double().eval()
+    probe = copy.deepcopy(model, _plain_linears(model)).double().eval()
     with torch.no_grad():
         for module in probe.modules():
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
@@ -44,6 +44,31 @@ def _probe(model: nn.Module, store: MaskStore) -> tuple[nn.Module, dict[str, nn.
             w.copy_(torch.ones_like(w) if mask is None else mask.to(w.device, torch.float64))
             weights[name] = w
     return probe, weights
+
+
+def _plain_linears(model: nn.Module) -> dict[int, nn.Module]:
+    """A deepcopy memo that copies every kernel-backed linear layer as a plain ``nn.Linear``
+    with the same values: the probe needs dense float64 weights, and a backend's cached
+    sparse pattern (a CSR tensor) cannot be deep-copied."""
+    from sparsebench.suite.pillars.classification.execution import KernelLinear
+
+    memo: dict[int, nn.Module] = {}
+    for module in model.modules():
+        if isinstance(module, KernelLinear):
+            w = module.weight
+            plain = nn.Linear(
+                module.in_features,
+                module.out_features,
+                bias=module.bias is not None,
+                device=w.device,
+                dtype=w.dtype,
+            )
+            with torch.no_grad():
+                plain.weight.copy_(w)
+                if module.bias is not None:
+                    plain.bias.copy_(module.bias)
+            memo[id(module)] = plain
+    return memo
 
 
 def _supported(model: nn.Module) -> bool:

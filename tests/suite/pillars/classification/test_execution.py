@@ -126,3 +126,27 @@ def test_mask_changed_in_place_is_seen():
         model[0].weight.mul_(store.masks["0"])
     model(x)
     assert model[0]._pattern.nnz == nnz_before // 2
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_connectivity_probes_a_kernel_backed_model_as_its_dense_mask_twin(backend):
+    from sparsebench.suite.pillars.classification.connectivity import (
+        effective_density,
+        reachable_output_fraction,
+    )
+
+    model = _model()
+    store = MaskStore(model)
+    mask = torch.zeros(32, 12, dtype=torch.bool)
+    mask[:4, :] = True  # 4 of 32 hidden units reachable
+    store.set_mask("0", mask)
+    last = torch.zeros(3, 32, dtype=torch.bool)
+    last[:2, 2:6] = True  # 2 outputs, fed by hidden units 2, 3 (reachable) and 4, 5 (not)
+    store.set_mask("2", last)
+    model(torch.randn(2, 12))  # a forward: the backend caches its sparse pattern
+    use_backend(model, store, backend)
+    model(torch.randn(2, 12))
+    assert reachable_output_fraction(model, store, (12,)) == pytest.approx(2 / 3)
+    # active: 48 + 8 of 444; on a path: hidden units 2, 3's inputs (24) and their 4 outputs
+    assert effective_density(model, store, (12,)) == pytest.approx((24 + 4) / (384 + 96))
+    assert isinstance(model[0], KernelLinear)  # the model itself is untouched
