@@ -350,13 +350,25 @@ class Col:
     digits: int = 2  # decimals of pct and times, significant digits of num
 
 
+def pct(value: float, digits: int) -> str:
+    """100 · ``value`` with ``digits`` decimals, more where rounding would show a fraction
+    short of 1 (or above 0) as exactly 100 (or 0): 99.9 % sparse is not dense-free."""
+    text = f"{100 * value:.{digits}f}"
+    while digits < 6 and (
+        (float(text) == 100.0 and value != 1.0) or (float(text) == 0.0 and value != 0.0)
+    ):
+        digits += 1
+        text = f"{100 * value:.{digits}f}"
+    return text
+
+
 def cell(value: Any, col: Col, families: tuple[str, ...] = ()) -> str:
     """``value`` as ``col`` shows it in Markdown (``–`` for null)."""
     if value is None or (isinstance(value, float) and value != value and col.show != "num"):
         return "–"
     match col.show:
         case "pct":
-            return f"{100 * value:.{col.digits}f}"
+            return pct(value, col.digits)
         case "times":
             return f"{value:.{col.digits}f}×" if abs(value) < 100 else f"{readable(value)}×"
         case "int":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -20,6 +20,21 @@ from sparsebench.suite.registry import register
 #: (near one-shot), 0.271 s_f for n = 10, and every later step is smaller; below 10 steps the
 #: run no longer tests *gradual* pruning.
 MIN_PRUNING_STEPS = 10
+
+
+def _narrow_fix(params: Any, total_steps: int) -> str:
+    """What makes a window of fewer than MIN_PRUNING_STEPS steps long enough: widening it
+    where the run has the steps, else training longer (how much, at this window)."""
+    b, e = params.begin_fraction, params.end_fraction
+    if e <= b:
+        return "widen the window (begin_fraction < end_fraction)"
+    needed = math.ceil(MIN_PRUNING_STEPS / (e - b))
+    while int(e * needed) - int(b * needed) < MIN_PRUNING_STEPS:  # the window's flooring
+        needed += 1
+    longer = f"train at least {needed} steps (the recipe has {total_steps}) at this window"
+    if total_steps >= MIN_PRUNING_STEPS:
+        return f"widen the window (begin_fraction, end_fraction) or {longer}"
+    return longer
 
 
 @register("gmp", family="pruning")
@@ -137,6 +152,11 @@ class GMP(MaskMethod):
 
     @classmethod
     def check_sparsity(cls, params: Params, sparsity: float) -> None:
+        if sparsity <= 0.0:
+            raise ValueError(
+                f"a target sparsity of {sparsity} leaves nothing to prune; give this method "
+                "targets above 0 (the unpruned network is the dense method)"
+            )
         if params.initial_sparsity >= sparsity:
             raise ValueError(
                 f"initial_sparsity {params.initial_sparsity} must be below the target "
@@ -151,9 +171,9 @@ class GMP(MaskMethod):
             span = t_end - t0
             fix = (
                 f"set pruning_frequency: null (Δt scaled to {MIN_PRUNING_STEPS} pruning steps) "
-                f"or a pruning_frequency <= {span // MIN_PRUNING_STEPS}"
+                f"or a pruning_frequency <= {span // MIN_PRUNING_STEPS}, or train longer"
                 if span >= MIN_PRUNING_STEPS
-                else "widen the window (begin_fraction, end_fraction)"
+                else _narrow_fix(params, total_steps)
             )
             kind = "fixed" if params.pruning_frequency is not None else "scaled"
             raise ValueError(
@@ -162,7 +182,7 @@ class GMP(MaskMethod):
                 f"t_0 = {t0} to t_end = {t_end} ({params.begin_fraction}-"
                 f"{params.end_fraction} of the run, {span} steps), {kind} "
                 f"pruning_frequency Δt = {dt}, n = {n}; a schedule this coarse is near "
-                f"one-shot pruning; {fix}, or train longer"
+                f"one-shot pruning; {fix}"
             )
 
     def on_fit_start(self, trainer, pl_module) -> None:

@@ -123,7 +123,7 @@ class Horst(GMP):
                 f"HORST takes AdamW's step with its decoupled weight decay at the recipe's lr "
                 f"({recipe['lr']}); this recipe's optimizer is {name}, so its AdamW partner "
                 "(the same recipe without HORST) would not be AdamW; give the task "
-                "optimizer: adamw (lr: 0.001)"
+                "optimizer: adamw (lr: 0.001), or leave horst out of its methods"
             )
 
     def make_optimizer(self, module: nn.Module) -> torch.optim.Optimizer:

@@ -133,6 +133,10 @@ def test_numbers_read_without_exponents_and_units_stay_in_headers():
     assert si(1.25e9) == "1.25 G" and si(830_000.0) == "830 k"
     acc = Col("acc", "test acc (%)", PCT, "higher", "pct")
     assert cell(0.97123, acc) == "97.12" and cell(None, acc) == "–"
+    sparsity = Col("s", "sparsity (%)", PCT, None, "pct", digits=0)
+    assert cell(0.999, sparsity) == "99.9" and cell(1.0, sparsity) == "100"  # not all gone
+    assert cell(0.0004, sparsity) == "0.04" and cell(0.0, sparsity) == "0"
+    assert cell(0.98, sparsity) == "98" and cell(0.9999, acc) == "99.99"
     lines = md_frame(pl.DataFrame({"acc": [0.5]}), [acc])
     assert lines[0] == "| test acc (%) |" and lines[2] == "| 50.00 |"
     assert columns_block([acc], pl.DataFrame({"acc": [0.5], "task_name": ["a"]})) == {

@@ -157,7 +157,20 @@ def test_refusal_names_the_kind_of_interval_and_the_fix():
     with pytest.raises(ValueError) as e:
         GMP.check_budget(GMP.Params(), 12)
     assert "scaled pruning_frequency" in str(e.value)
-    assert "widen the window (begin_fraction, end_fraction), or train longer" in str(e.value)
+    # window 0.25-0.75: 20 steps make it 5..15, exactly 10
+    fix = "widen the window (begin_fraction, end_fraction) or train at least 20 steps"
+    assert fix + " (the recipe has 12) at this window" in str(e.value)
+    # 8 steps: no window of this run has 10 steps, so widening is not offered
+    with pytest.raises(ValueError) as e:
+        GMP.check_budget(GMP.Params(), 8)
+    assert "widen" not in str(e.value) and "train at least 20 steps" in str(e.value)
+    # window 0.1-0.8 (70 % of the run): ceil(10 / 0.7) = 15 steps give 1..12, 11 steps
+    assert (
+        "at least 15 steps"
+        in pytest.raises(
+            ValueError, GMP.check_budget, GMP.Params(begin_fraction=0.1, end_fraction=0.8), 9
+        ).value.args[0]
+    )
 
 
 def test_a_window_of_one_interval_prunes_once_to_the_target():
@@ -186,5 +199,7 @@ def test_an_initial_sparsity_at_or_above_the_target_is_refused():
     with pytest.raises(ValueError, match="initial_sparsity 0.95 must be below the target"):
         GMP.check_sparsity(GMP.Params(initial_sparsity=0.95), 0.9)
     GMP.check_sparsity(GMP.Params(initial_sparsity=0.5), 0.9)
+    with pytest.raises(ValueError, match="a target sparsity of 0.0 leaves nothing to prune"):
+        GMP.check_sparsity(GMP.Params(), 0.0)
     with pytest.raises(ValueError, match="set pruning_frequency: null with it"):
         Movement.Params(pruning_steps=10).validate()
