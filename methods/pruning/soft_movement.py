@@ -41,10 +41,16 @@ class SoftMovement(Movement):
     scores' penalty and optimizer are the paper's, the sparsity is the target's. A λ steered
     toward the target instead (LinBreg's ×/÷ 1.05 per step) was tried and collapsed every
     matrix to the floor: Adam normalises the scores' steps, so once the penalty dominates all
-    scores fall at the same rate and cross any fixed τ together. Also ours: the scores' Adam
-    runs at a constant rate (the authors' follows the weights' warm-up and decay), every
-    prunable layer is pruned (theirs: BERT's encoder matrices), and the network trains from
-    scratch rather than being fine-tuned.
+    scores fall at the same rate and cross any fixed τ together. (The authors' scripts have a
+    close precedent, ``--global_topk``: one threshold over all scores at the scheduled
+    density.) A section's ``distribution`` (``erk``, ``uniform``) makes it per layer at that
+    allocation instead, as for every method of such a board: then only the scores differ
+    from hard movement's. Each matrix's floor counts inside the global budget (theirs comes
+    on top); at a density below the floors' sum the global ranking keeps an arbitrary subset
+    of them. Also ours: the scores' Adam runs at a constant rate (the authors' AdamW without
+    decay follows the weights' warm-up and decay) and their gradient is not clipped (the
+    authors clip all gradients to norm 1), every prunable layer is pruned (theirs: BERT's
+    encoder matrices), and the network trains from scratch rather than being fine-tuned.
 
     Training FLOPs: as hard movement, ``2 f_S(t) + f_D`` (the scores need the dense gradient
     of W').

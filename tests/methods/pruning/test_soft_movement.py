@@ -18,13 +18,13 @@ class _Flops:
         return 0.0
 
 
-def _setup(seed=0, sizes=(6, 5, 3)):
+def _setup(seed=0, sizes=(6, 5, 3), sparsity=0.6):
     torch.manual_seed(seed)
     a, b, c = sizes
     model = nn.Sequential(nn.Linear(a, b, bias=False), nn.ReLU(), nn.Linear(b, c, bias=False))
     store = MaskStore(model)
     ctx = type("C", (), {"total_steps": 100, "flops": _Flops()})()
-    method = SoftMovement(SoftMovement.Params(), 0.6, ctx)
+    method = SoftMovement(SoftMovement.Params(), sparsity, ctx)
     module = type("M", (), {"masks": store, "model": model})()
     method.on_fit_start(None, module)
     return model, store, method, module
@@ -59,6 +59,8 @@ def test_scores_take_adam_steps_on_the_movement_gradient_plus_the_penalty():
     opt.step()
     method.on_train_batch_end(_trainer(step), module, None, (x,), 0)
     for n in store.layers:
+        # the gradient itself (σ(1 - σ), λ, 1/n and 1/L all show in it), then Adam's step
+        assert torch.allclose(method.scores[n].grad, ref[n].grad, atol=1e-9), n
         assert torch.allclose(method.scores[n].detach(), ref[n].detach(), atol=1e-7), n
         assert bool((method.score_grads[n] == 0).all())  # the buffer is spent
     # Adam's first step is -lr · sign(g) wherever g ≠ 0: a score moves by 0.01
@@ -77,6 +79,18 @@ def test_one_threshold_across_matrices_at_the_schedules_density():
     assert kept0 + kept2 == keep
     assert kept2 == floor_count(15) and bool(store.masks["2"].view(-1)[-1])  # only its floor
     assert kept0 == keep - 1 and bool(store.masks["0"].view(-1)[-(keep - 1) :].all())
+
+
+def test_a_matrix_whose_scores_all_fall_keeps_half_a_percent():
+    model, store, method, module = _setup(4, sizes=(40, 10, 3), sparsity=0.95)
+    with torch.no_grad():
+        method.scores["0"].copy_(torch.arange(400.0).view(10, 40) - 1000.0)  # all low
+        method.scores["2"].copy_(torch.arange(30.0).view(3, 10))  # all high
+    method.on_train_batch_start(_trainer(90), module, None, 0)
+    keep = n_keep(430, 0.05)
+    assert floor_count(400) == 3
+    assert int(store.masks["0"].sum()) == 3 and bool(store.masks["0"].view(-1)[-3:].all())
+    assert int(store.masks["2"].sum()) == keep - 3
 
 
 def test_before_the_window_the_network_stays_dense_and_the_scores_still_move():
