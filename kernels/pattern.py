@@ -81,10 +81,33 @@ class SparsityPattern:
                     "mask (e.g. weight != 0, or scores >= threshold)"
                 )
             mask = mask != 0
-        n_out, n_in = (int(s) for s in mask.shape)
-        device = mask.device
-        nz = mask.nonzero()  # row-major, i.e. CSR order
-        rows, cols = nz[:, 0], nz[:, 1]
+        flat = mask.reshape(-1).nonzero().squeeze(1)  # row-major, i.e. CSR order
+        return cls.from_flat(tuple(int(s) for s in mask.shape), flat)
+
+    @classmethod
+    def from_flat(cls, shape: tuple[int, int], flat: Tensor) -> SparsityPattern:
+        """Pattern of the positions ``flat`` (row * in_features + col), strictly increasing:
+        O(nnz) work and memory besides the (out + 1) and (in + 1) pointers, no dense mask.
+
+        Raises:
+            ValueError: ``flat`` is not a 1-D integer tensor of strictly increasing indices
+                inside the shape.
+        """
+        n_out, n_in = int(shape[0]), int(shape[1])
+        if flat.dim() != 1 or flat.dtype.is_floating_point or flat.dtype == torch.bool:
+            raise ValueError(f"flat indices must be a 1-D integer tensor, got {flat.dtype} "
+                             f"of shape {tuple(flat.shape)}")  # fmt: skip
+        flat = flat.to(torch.int64)
+        if flat.numel() and (
+            int(flat[0]) < 0
+            or int(flat[-1]) >= n_out * n_in
+            or (flat.numel() > 1 and not bool((flat[1:] > flat[:-1]).all()))
+        ):
+            raise ValueError(
+                f"flat indices must be strictly increasing and inside shape ({n_out}, {n_in})"
+            )
+        device = flat.device
+        rows, cols = flat // max(n_in, 1), flat % max(n_in, 1)
         index_dtype = torch.int32 if max(n_out, n_in) <= _INT32_MAX else torch.int64
 
         row_ptr = torch.zeros(n_out + 1, dtype=torch.int64, device=device)
@@ -101,7 +124,7 @@ class SparsityPattern:
             col_ptr=col_ptr,
             row_idx=rows[perm].to(index_dtype).contiguous(),
             perm=perm.contiguous(),
-            flat_index=(rows * n_in + cols).contiguous(),
+            flat_index=flat.contiguous(),
         )
 
     @classmethod

@@ -1,0 +1,112 @@
+"""Topology updates of a values-only layer: values and optimizer state follow their positions
+(a hand-built 4×4 case under SGD with momentum and Adam), growth by rejection sampling is
+uniform over the free positions and never picks a taken one."""
+
+import pytest
+import torch
+from scipy import stats
+
+from sparsebench.kernels import SparseLinear, SparsityPattern
+from sparsebench.kernels.topology import grow_random, remap, set_pattern
+
+# 4×4 weight; the old pattern holds positions 0, 5, 6, 10, 15 (row * 4 + col)
+OLD = torch.tensor([0, 5, 6, 10, 15])
+NEW = torch.tensor([0, 3, 6, 12, 15])  # 0, 6, 15 kept; 5, 10 dropped; 3, 12 grown
+
+
+def _layer():
+    mask = torch.zeros(16, dtype=torch.bool)
+    mask[OLD] = True
+    layer = SparseLinear(mask.view(4, 4), bias=False)
+    with torch.no_grad():
+        layer.values.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]))
+    return layer
+
+
+def test_from_flat_equals_from_mask():
+    mask = torch.zeros(16, dtype=torch.bool)
+    mask[NEW] = True
+    a, b = SparsityPattern.from_flat((4, 4), NEW), SparsityPattern.from_mask(mask.view(4, 4))
+    for (name, x), y in zip(a.tensors().items(), b.tensors().values(), strict=True):
+        assert torch.equal(x, y), name
+    with pytest.raises(ValueError, match="strictly increasing"):
+        SparsityPattern.from_flat((4, 4), torch.tensor([3, 3]))
+    with pytest.raises(ValueError, match="inside shape"):
+        SparsityPattern.from_flat((4, 4), torch.tensor([16]))
+
+
+def test_remap_by_hand():
+    out = remap(OLD, NEW, torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), torch.tensor([9.0] * 5))
+    assert out.tolist() == [1.0, 9.0, 3.0, 9.0, 5.0]
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+def test_values_and_state_follow_their_positions(opt):
+    layer = _layer()
+    if opt == "sgd":
+        optimizer = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    else:
+        optimizer = torch.optim.Adam(layer.parameters(), lr=0.1)
+    layer(torch.ones(2, 4)).pow(2).sum().backward()
+    optimizer.step()
+    before = layer.values.detach().clone()
+    state = {k: v.clone() for k, v in optimizer.state[layer.values].items()}
+    param = layer.values
+    kept = set_pattern(layer, NEW, torch.tensor([0.0, 7.0, 0.0, 8.0, 0.0]), optimizer)
+    assert kept.tolist() == [True, False, True, False, True]
+    assert layer.values is param  # same nnz: rewritten in place
+    # old order 0, 5, 6, 10, 15 -> new 0, 3, 6, 12, 15: positions 0, 6, 15 keep their slots
+    assert layer.values.tolist() == pytest.approx(
+        [before[0].item(), 7.0, before[2].item(), 8.0, before[4].item()]
+    )
+    for k, v in optimizer.state[layer.values].items():
+        if v.dim() == 1:
+            ref = [float(state[k][0]), 0.0, float(state[k][2]), 0.0, float(state[k][4])]
+            assert v.tolist() == pytest.approx(ref)
+    assert torch.equal(layer.flat_index, NEW) and int(layer.row_ptr[-1]) == 5
+    w = layer.dense_weight().detach().view(-1)
+    assert set(w.nonzero().squeeze(1).tolist()) <= set(NEW.tolist())
+    optimizer.zero_grad()
+    layer(torch.ones(2, 4)).pow(2).sum().backward()  # the new pattern trains on
+    optimizer.step()
+
+
+def test_another_nnz_swaps_the_parameter_in_the_optimizer():
+    layer = _layer()
+    optimizer = torch.optim.Adam(layer.parameters(), lr=0.1)
+    layer(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    m = optimizer.state[layer.values]["exp_avg"].clone()
+    old = layer.values
+    set_pattern(layer, torch.tensor([5, 15]), 0.0, optimizer)  # a pruning step: 0, 6, 10 go
+    assert layer.values is not old and layer.values.tolist() == pytest.approx([1.9, 4.9])
+    assert optimizer.param_groups[0]["params"][0] is layer.values
+    assert optimizer.state[layer.values]["exp_avg"].tolist() == pytest.approx(
+        [float(m[1]), float(m[4])]
+    )
+    assert old not in optimizer.state
+
+
+def test_growth_never_repeats_or_takes_a_taken_position():
+    g = torch.Generator().manual_seed(0)
+    taken = torch.tensor([0, 2, 3, 7, 8, 9, 15, 19])
+    for _ in range(200):
+        new = grow_random(taken, 20, 5, g)
+        assert new.numel() == 5 and torch.unique(new).numel() == 5
+        assert not bool(torch.isin(new, taken).any())
+    assert grow_random(taken, 20, 12, g).tolist() == sorted(set(range(20)) - set(taken.tolist()))
+    with pytest.raises(ValueError, match="cannot grow 13 connections: 12 of 20"):
+        grow_random(taken, 20, 13, g)
+
+
+def test_growth_is_uniform_over_the_free_positions():
+    g = torch.Generator().manual_seed(1)
+    taken = torch.tensor([1, 4, 5, 6, 11, 13, 17, 18])
+    free = sorted(set(range(20)) - set(taken.tolist()))
+    counts = torch.zeros(20)
+    for _ in range(3000):
+        counts[grow_random(taken, 20, 3, g)] += 1
+    observed = counts[free]
+    assert float(counts[taken].sum()) == 0.0
+    # 9000 draws over 12 free positions: 750 expected each
+    assert stats.chisquare(observed.numpy()).pvalue > 0.001
