@@ -48,6 +48,7 @@ def set_pattern(
     new_flat: Tensor,
     new_values: Tensor | float = 0.0,
     optimizer: torch.optim.Optimizer | None = None,
+    fresh: Tensor | None = None,
 ) -> Tensor:
     """Move ``layer`` (a :class:`~.sparse_linear.SparseLinear`) to the positions ``new_flat``.
 
@@ -58,6 +59,8 @@ def set_pattern(
             ``new_flat``; only the new positions' entries are used): its init.
         optimizer: the optimizer holding ``layer.values``; its (nnz,)-shaped state tensors are
             remapped (kept positions keep theirs, new ones start at zero).
+        fresh: positions (sorted flat indices) that start anew even if they were in the old
+            pattern (SET re-initialises a connection it drops and regrows at once).
 
     Returns:
         bool (nnz',): which positions were kept (True) rather than grown.
@@ -67,20 +70,29 @@ def set_pattern(
     """
     shape = (layer.out_features, layer.in_features)
     pattern = SparsityPattern.from_flat(shape, new_flat.to(layer.flat_index.device))
-    old_flat, new_flat = layer.flat_index, pattern.flat_index
+    new_flat = pattern.flat_index
     old_param = layer.values
+    # the old positions whose value and state carry over: all but the fresh ones
+    carried = None
+    if fresh is not None and fresh.numel():
+        carried = ~kept_positions(fresh.to(new_flat.device), layer.flat_index)
+    old_flat = layer.flat_index if carried is None else layer.flat_index[carried]
+
+    def carry(t: Tensor, fill: Tensor | float) -> Tensor:
+        return remap(old_flat, new_flat, t if carried is None else t[carried], fill)
+
     with torch.no_grad():
-        values = remap(old_flat, new_flat, old_param.detach(), new_values)
+        values = carry(old_param.detach(), new_values)
     state = optimizer.state.get(old_param, {}) if optimizer is not None else {}
     remapped = {
-        k: remap(old_flat, new_flat, v, 0.0)
+        k: carry(v, 0.0)
         if isinstance(v, Tensor) and v.shape == old_param.shape and v.dim() == 1
         else v
         for k, v in state.items()
     }
+    kept = kept_positions(old_flat, new_flat)
     for name, t in pattern.tensors().items():
         setattr(layer, name, t)  # buffers: rebinding keeps them registered
-    kept = kept_positions(old_flat, new_flat)
     if values.numel() == old_param.numel():  # in place: the optimizer's reference holds
         with torch.no_grad():
             old_param.copy_(values)
@@ -125,3 +137,40 @@ def grow_random(
         found = cand
     pick = torch.randperm(found.numel(), generator=generator, device=device)[:k]
     return torch.sort(found[pick]).values
+
+
+def top_outer_abs(
+    grad_y: Tensor, x: Tensor, k: int, exclude: Tensor, chunk_rows: int | None = None
+) -> Tensor:
+    """The ``k`` flat positions (sorted) of the largest |G|, G = grad_yᵀ x (out, in) the dense
+    weight gradient of a linear layer, among those not in ``exclude`` (strictly increasing
+    flat indices): RigL's growth criterion without an (out, in) tensor. G is formed
+    ``chunk_rows`` rows at a time and a running top-k is merged per chunk, so memory is
+    O(chunk_rows · in + k). Ties are broken as ``torch.topk`` breaks them within a chunk, and
+    in favour of earlier chunks across chunks.
+
+    Args:
+        grad_y: (batch, out) gradient of the layer's output.
+        x: (batch, in) the layer's input.
+        k: how many positions to return (at most the free ones).
+        exclude: positions that may not be chosen (the connections kept).
+        chunk_rows: rows of G per chunk; None: about 4M entries per chunk.
+    """
+    n_out, n_in = grad_y.shape[1], x.shape[1]
+    if k <= 0:
+        return torch.empty(0, dtype=torch.int64, device=x.device)
+    rows = chunk_rows or max(1, (1 << 22) // max(n_in, 1))
+    best_v = torch.empty(0, dtype=x.dtype, device=x.device)
+    best_i = torch.empty(0, dtype=torch.int64, device=x.device)
+    exclude = exclude.to(x.device)
+    for r0 in range(0, n_out, rows):
+        r1 = min(r0 + rows, n_out)
+        g = (grad_y[:, r0:r1].T @ x).abs_().reshape(-1)
+        base = r0 * n_in
+        lo, hi = (int(i) for i in torch.searchsorted(exclude, torch.tensor([base, r1 * n_in])))
+        g[exclude[lo:hi] - base] = -math.inf
+        v, i = torch.topk(g, min(k, g.numel()))
+        best_v, order = torch.topk(torch.cat([best_v, v]), min(k, best_v.numel() + v.numel()))
+        best_i = torch.cat([best_i, i + base])[order]
+    best_i = best_i[best_v > -math.inf]  # fewer free positions than k
+    return torch.sort(best_i).values

@@ -110,3 +110,53 @@ def test_growth_is_uniform_over_the_free_positions():
     assert float(counts[taken].sum()) == 0.0
     # 9000 draws over 12 free positions: 750 expected each
     assert stats.chisquare(observed.numpy()).pvalue > 0.001
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 7, None])
+def test_chunked_growth_scores_equal_the_dense_criterion(chunk_rows):
+    from sparsebench.kernels.topology import top_outer_abs
+    from sparsebench.methods.dst.rigl import RigL
+
+    g = torch.Generator().manual_seed(3)
+    # integer-valued inputs (plus a per-column offset against ties): chunks equal the full
+    # matmul entry for entry
+    grad_y = torch.randint(-5, 6, (8, 7), generator=g).double()
+    x = torch.randint(-5, 6, (8, 11), generator=g).double() + 0.001 * torch.arange(11)
+    weight = torch.randn(7, 11, generator=g, dtype=torch.float64)
+    mask = torch.rand(7, 11, generator=g) < 0.3
+    new_mask = RigL.update_mask(weight, mask, grad_y.T @ x, 0.3)  # today's dense path
+    n_active = int(mask.sum())
+    k = int(0.3 * n_active)
+    # the kept set is the top (n - k) magnitudes; what RigL grew is the rest of new_mask
+    vals = weight.reshape(-1)[mask.reshape(-1)]
+    flat = mask.reshape(-1).nonzero().squeeze(1)
+    kept = torch.sort(flat[torch.topk(vals.abs(), n_active - k).indices]).values
+    grown = top_outer_abs(grad_y, x, k, kept, chunk_rows)
+    assert grown.numel() == k
+    expect = new_mask.reshape(-1).nonzero().squeeze(1)
+    assert torch.equal(torch.sort(torch.cat([kept, grown])).values, expect)
+
+
+def test_chunked_growth_returns_only_free_positions():
+    from sparsebench.kernels.topology import top_outer_abs
+
+    grad_y, x = torch.ones(2, 2), torch.ones(2, 3)
+    assert top_outer_abs(grad_y, x, 4, torch.tensor([0, 1, 2, 4]), 1).tolist() == [3, 5]
+
+
+def test_fresh_positions_restart_even_if_they_were_kept():
+    layer = _layer()
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    layer(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    buf = optimizer.state[layer.values]["momentum_buffer"].clone()
+    before = layer.values.detach().clone()
+    # 6 was in the old pattern: dropped and regrown at once, it restarts at its new value
+    kept = set_pattern(layer, NEW, torch.tensor([0.0, 7.0, 6.5, 8.0, 0.0]), optimizer,
+                       fresh=torch.tensor([3, 6, 12]))  # fmt: skip
+    assert kept.tolist() == [True, False, False, False, True]
+    assert layer.values.tolist() == pytest.approx(
+        [float(before[0]), 7.0, 6.5, 8.0, float(before[4])]
+    )
+    m = optimizer.state[layer.values]["momentum_buffer"]
+    assert m.tolist() == pytest.approx([float(buf[0]), 0.0, 0.0, 0.0, float(buf[4])])
