@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -22,9 +22,10 @@ from .pattern import TENSOR_FIELDS, SparsityPattern
 
 class _SparseLinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, values, bias, pattern, backend):  # type: ignore[override]
+    def forward(ctx, x, values, bias, pattern, backend, observer):  # type: ignore[override]
         ctx.save_for_backward(x, values)
         ctx.pattern, ctx.backend, ctx.has_bias = pattern, backend, bias is not None
+        ctx.observer = observer
         return backend.forward(x, values, pattern, bias)
 
     @staticmethod
@@ -32,6 +33,8 @@ class _SparseLinearFunction(torch.autograd.Function):
     def backward(ctx, grad_y):  # type: ignore[override]
         x, values = ctx.saved_tensors
         backend: Backend = ctx.backend
+        if ctx.observer is not None:  # e.g. RigL's growth scores, from the operands at hand
+            ctx.observer(grad_y, x)
         grad_x = grad_values = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_x = backend.grad_input(grad_y, values, ctx.pattern)
@@ -39,7 +42,7 @@ class _SparseLinearFunction(torch.autograd.Function):
             grad_values = backend.grad_values(grad_y, x, ctx.pattern)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad_y.sum(0)
-        return grad_x, grad_values, grad_bias, None, None
+        return grad_x, grad_values, grad_bias, None, None, None
 
 
 def sparse_linear(
@@ -48,6 +51,7 @@ def sparse_linear(
     pattern: SparsityPattern,
     bias: Tensor | None = None,
     backend: str | Backend = "dense_mask",
+    observer: Callable[[Tensor, Tensor], None] | None = None,
 ) -> Tensor:
     """y = x Wᵀ + bias, W (out, in) holding ``values`` on ``pattern``; differentiable in x,
     values and bias (first order).
@@ -58,6 +62,9 @@ def sparse_linear(
         pattern: the sparsity pattern of W.
         bias: (out,) or None.
         backend: a name in ``BACKENDS`` or a :class:`Backend`.
+        observer: called in the backward pass as ``observer(grad_y, x)`` (both 2-D: the
+            batch flattened), e.g. to score connections from the dense gradient grad_yᵀ x
+            without forming it.
 
     Returns:
         (..., out), the dtype and device of x.
@@ -70,7 +77,8 @@ def sparse_linear(
     if x.dim() == 0 or x.shape[-1] != pattern.in_features:
         raise ValueError(f"x must have shape (..., {pattern.in_features}), got {tuple(x.shape)}")
     lead = x.shape[:-1]
-    y = _SparseLinearFunction.apply(x.reshape(-1, pattern.in_features), values, bias, pattern, be)
+    x2 = x.reshape(-1, pattern.in_features)
+    y = _SparseLinearFunction.apply(x2, values, bias, pattern, be, observer)
     return y.reshape(*lead, pattern.out_features)
 
 
@@ -88,6 +96,8 @@ class SparseLinear(nn.Module):
         values: Parameter (nnz,), the kept weights in CSR order (row-major order of the mask).
         bias: Parameter (out_features,) or None.
         backend: backend name; assigning it checks the name, availability and pattern.
+        backward_observer: None, or a callable given (grad_y, x) in every backward pass (a
+            topology update's growth scores; :mod:`.topology`).
 
     Initialization matches ``nn.Linear`` (U(-1/√in, 1/√in) for weights and bias). The pattern's
     index tensors are buffers, so ``.to()`` moves them and ``state_dict`` saves them; loading a
@@ -115,6 +125,7 @@ class SparseLinear(nn.Module):
         for name, t in pattern.tensors().items():
             self.register_buffer(name, t)
         self._pattern_key: tuple | None = None
+        self.backward_observer: Callable[[Tensor, Tensor], None] | None = None
         self._pattern: SparsityPattern | None = None
         factory = {"device": pattern.device, "dtype": dtype}
         self.values = nn.Parameter(torch.empty(pattern.nnz, **factory))
@@ -166,7 +177,9 @@ class SparseLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., in_features) -> (..., out_features)."""
-        return sparse_linear(x, self.values, self.pattern, self.bias, self._backend)
+        return sparse_linear(
+            x, self.values, self.pattern, self.bias, self._backend, self.backward_observer
+        )
 
     def dense_weight(self) -> Tensor:
         """W (out_features, in_features), zeros off the pattern (differentiable in values)."""

@@ -160,3 +160,17 @@ def test_fresh_positions_restart_even_if_they_were_kept():
     )
     m = optimizer.state[layer.values]["momentum_buffer"]
     assert m.tolist() == pytest.approx([float(buf[0]), 0.0, 0.0, 0.0, float(buf[4])])
+
+
+def test_the_backward_observer_sees_the_operands_of_the_weight_gradient():
+    layer = _layer()
+    seen = []
+    layer.backward_observer = lambda gy, x: seen.append((gy.clone(), x.clone()))
+    x = torch.randn(2, 3, 4)
+    layer(x).pow(2).sum().backward()
+    ((gy, xs),) = seen
+    assert xs.shape == (6, 4) and torch.equal(xs, x.reshape(6, 4))
+    dense = layer.dense_weight().detach()
+    torch.testing.assert_close(gy, 2 * (x.reshape(6, 4) @ dense.T))
+    # the values' gradient is that dense gradient on the pattern
+    torch.testing.assert_close(layer.values.grad, (gy.T @ xs).reshape(-1)[layer.flat_index])
