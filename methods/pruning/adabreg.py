@@ -16,11 +16,11 @@ class AdaBreg(BregmanMethod):
     θ = δ · shrink(v, λ) (see :class:`.bregman.BregmanOptimizer` and
     :class:`.bregman.BregmanMethod`).
 
-    Source: Bungert, Roith, Tenbrinck & Burger 2022, "A Bregman Learning Framework for Sparse
-    Neural Networks" (JMLR), Sec. 3 (AdaBreg); the authors' code (``AdamBreg`` in
-    ``optimizers.py``). Defaults as LinBreg's (λ = 1e-3, δ = 1, sparse init 1 %) and the
-    code's Adam rate, lr = 1e-3 (not the recipe's SGD rate; the recipe's schedule still
-    applies). Ours: the adaptive λ and the init scaling, as for LinBreg.
+    Source: Bungert, Roith, Tenbrinck & Burger 2022, "A Bregman Learning Framework for Sparse Neural
+    Networks" (arXiv:2105.04319, JMLR), Sec. 3 (AdaBreg); the authors' code (``AdamBreg`` in
+    ``optimizers.py``). Defaults as LinBreg's (λ = 1e-3, δ = 1, sparse init 1 %) and the code's Adam
+    rate, lr = 1e-3 (not the recipe's SGD rate; the recipe's schedule still applies). Ours: the
+    adaptive λ and the init scaling, as for LinBreg.
     """
 
     adam = True

@@ -55,7 +55,7 @@ class GraSP(MaskMethod):
     example of training.
 
     Source: Wang, Zhang, Grosse 2020, "Picking Winning Tickets Before Training by Preserving
-    Gradient Flow", ICLR, Algorithm 1 and Eq. 8.
+    Gradient Flow" (arXiv:2002.07376), ICLR, Algorithm 1 and Eq. 8.
     """
 
     @dataclass

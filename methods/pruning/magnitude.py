@@ -37,10 +37,10 @@ class MagnitudeOneShot(MaskMethod):
 
     Training FLOPs: ``3 f_D`` per example before pruning, ``3 f_S`` after.
 
-    Source: Han, Pool, Tran, Dally 2015, "Learning both Weights and Connections for Efficient
-    Neural Networks", NeurIPS, Sec. 3 (train, prune by magnitude, retrain; one iteration);
-    global magnitude ranking as in Frankle & Carbin 2019 and Blalock et al. 2020 ("What is the
-    State of Neural Network Pruning?", the ``Global Magnitude`` baseline).
+    Source: Han, Pool, Tran, Dally 2015, "Learning both Weights and Connections for Efficient Neural
+    Networks" (arXiv:1506.02626), NeurIPS, Sec. 3 (train, prune by magnitude, retrain; one
+    iteration); global magnitude ranking as in Frankle & Carbin 2019 and Blalock et al. 2020 ("What
+    is the State of Neural Network Pruning?", the ``Global Magnitude`` baseline).
     """
 
     @dataclass

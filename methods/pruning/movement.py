@@ -41,9 +41,9 @@ class Movement(GMP):
     Training FLOPs per example: sparse forward and activation gradient, and the dense
     gradient of W' that the scores need: ``2 f_S(t) + f_D``.
 
-    Source: Sanh, Wolf, Rush 2020, "Movement Pruning: Adaptive Sparsity by Fine-Tuning",
-    NeurIPS, Sec. 4 (Eq. 5, TopK masks), Sec. 5 (cubic schedule with warm-up); defaults from
-    huggingface/transformers research_projects/movement-pruning (``--pruning_method topK
+    Source: Sanh, Wolf, Rush 2020, "Movement Pruning: Adaptive Sparsity by Fine-Tuning", NeurIPS
+    (arXiv:2005.07683), Sec. 4 (Eq. 5, TopK masks), Sec. 5 (cubic schedule with warm-up); defaults
+    from huggingface/transformers research_projects/movement-pruning (``--pruning_method topK
     --initial_warmup 1 --final_warmup 2 --mask_init constant --mask_scale 0``).
     """
 

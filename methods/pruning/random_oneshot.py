@@ -26,9 +26,9 @@ class RandomOneShot(MagnitudeOneShot):
     Training FLOPs: as one-shot magnitude pruning (``3 f_D`` per example before pruning,
     ``3 f_S`` after).
 
-    Source: Blalock, Gonzalez Ortiz, Frankle, Guttag 2020, "What is the State of Neural
-    Network Pruning?", MLSys, Sec. 4 and Appendix (the random and magnitude baselines, global
-    and layer-wise, that every pruning method should be compared with).
+    Source: Blalock, Gonzalez Ortiz, Frankle, Guttag 2020, "What is the State of Neural Network
+    Pruning?" (arXiv:2003.03033), MLSys, Sec. 4 and Appendix (the random and magnitude baselines,
+    global and layer-wise, that every pruning method should be compared with).
     """
 
     def scores(self, store) -> dict:

@@ -35,7 +35,7 @@ class SNIP(MaskMethod):
     Training FLOPs: ``3 f_D`` per example of the saliency batch, then ``3 f_S`` per example.
 
     Source: Lee, Ajanthan, Torr 2019, "SNIP: Single-shot Network Pruning based on Connection
-    Sensitivity", ICLR, Algorithm 1 and Eq. 6.
+    Sensitivity" (arXiv:1810.02340), ICLR, Algorithm 1 and Eq. 6.
     """
 
     @dataclass

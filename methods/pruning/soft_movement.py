@@ -55,8 +55,8 @@ class SoftMovement(Movement):
     Training FLOPs: as hard movement, ``2 f_S(t) + f_D`` (the scores need the dense gradient
     of W').
 
-    Source: Sanh, Wolf, Rush 2020, "Movement Pruning: Adaptive Sparsity by Fine-Tuning",
-    NeurIPS, Sec. 4 (soft movement, Eq. 6-8); huggingface/transformers research_projects/
+    Source: Sanh, Wolf, Rush 2020, "Movement Pruning: Adaptive Sparsity by Fine-Tuning", NeurIPS
+    (arXiv:2005.07683), Sec. 4 (soft movement, Eq. 6-8); huggingface/transformers research_projects/
     movement-pruning (``emmental/modules/binarizer.py`` ThresholdBinarizer and its floor,
     ``masked_run_glue.py`` schedule_threshold and the L1 regularization, README recipe).
     """

@@ -76,8 +76,8 @@ class SynFlow(MaskMethod):
     each, dense: ours, an upper bound) are added to the sparse training's ``3 f_S`` per example.
 
     Source: Tanaka, Kunin, Yamins, Ganguli 2020, "Pruning neural networks without any data by
-    iteratively conserving synaptic flow", NeurIPS, Algorithm 1 (100 iterations, exponential
-    schedule, global masking) and Eq. 2.
+    iteratively conserving synaptic flow" (arXiv:2006.05467), NeurIPS, Algorithm 1 (100 iterations,
+    exponential schedule, global masking) and Eq. 2.
     """
 
     @dataclass
