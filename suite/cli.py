@@ -295,7 +295,10 @@ def _extend_seeds(args: argparse.Namespace, bench: Path, loaded: list) -> int:
     for why in ext.skipped:
         print(f"  not extended: {why}")
     if not ext.targets:
-        print("no undecided claim says how many seeds it needs: nothing to extend")
+        if ext.claims:  # the new seeds' records are there already
+            print(f"the records of seeds {ext.seeds} are all there: judge with --looks 2")
+        else:
+            print("no undecided claim says how many seeds it needs: nothing to extend")
         return 0
     for v in ext.claims:
         print(f"  {v.claim.id}: about {v.seeds_needed} seeds per cell would decide it")

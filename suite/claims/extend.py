@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from sparsebench.suite import paths
+from sparsebench.suite.workflow import is_done
 
 from .judge import _SEED_PART, Verdict, _select, judge_all, load_tables
 from .parse import Claim, ClaimError
@@ -96,10 +97,14 @@ def extend_seeds(
                 rows = _select(tables[pillar], cell.selector)
                 read |= {_SEED_PART.sub("", i) for i in rows["cell_id"].to_list()}
         folder = paths.bench_dir(extended.benchmark) / pillar
+        # a record already done (an earlier extension, another claim's) is no target: the
+        # workflow has no rule for done records, and it is read as it is
         targets += [
             paths.record_in(folder, c.id)
             for c in extended.cells(pillar)
-            if c.seed in seeds[pillar] and _SEED_PART.sub("", c.id) in read
+            if c.seed in seeds[pillar]
+            and _SEED_PART.sub("", c.id) in read
+            and not is_done(paths.record_in(folder, c.id), c)
         ]
     written = None
     if targets:

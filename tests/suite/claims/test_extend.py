@@ -58,6 +58,28 @@ def test_extend_seeds_targets_exactly_the_undecided_claims_cells(run, tmp_path):
         extend_seeds(spec_path, bench, load_files([claims_path]), 0, out)
 
 
+def test_a_record_already_done_at_a_new_seed_is_no_target(run):
+    """The workflow has no rule for a done record: naming it as a target fails the run."""
+    import json
+
+    from sparsebench.suite.claims import load_files
+    from sparsebench.suite.spec import load
+
+    spec_path, bench, claims_path, _ = run
+    out = bench / "extend-seeds.yaml"
+    first = extend_seeds(spec_path, bench, load_files([claims_path]), 2, out)
+    extended = {c.id: c for c in load(out).cells("classification")}
+    done = first.targets[0]
+    cell = next(c for i, c in extended.items() if str(done).endswith(f"{i}/record.json"))
+    done.parent.mkdir(parents=True)
+    done.write_text(json.dumps({"trigger": cell.trigger_hash}))
+    stale = first.targets[1]  # a record of another trigger is rerun: still a target
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"trigger": "older"}))
+    again = extend_seeds(spec_path, bench, load_files([claims_path]), 2, out)
+    assert again.targets == first.targets[1:]
+
+
 def test_looks_level_is_bonferroni_over_the_looks():
     assert looks_level(0.95, 1) == pytest.approx(0.95)
     assert looks_level(0.95, 2) == pytest.approx(0.975)  # 1 − 0.05 / 2
