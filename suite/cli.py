@@ -290,13 +290,24 @@ def _extend_seeds(args: argparse.Namespace, bench: Path, loaded: list) -> int:
 
     if not args.spec:
         raise SystemExit("sparsebench claims --extend-seeds: give --spec, the spec of the run")
+    from sparsebench.suite import paths
+    from sparsebench.suite.spec import load
+
+    home = paths.bench_dir(load(args.spec).benchmark)
+    if bench.resolve() != home.resolve():  # the workflow writes to results/<benchmark>
+        raise SystemExit(
+            f"sparsebench claims --extend-seeds: {bench} is not {home}, where the spec "
+            f"{args.spec} writes its records; the new seeds would land there and this folder "
+            "would be judged again without them"
+        )
+    looks = args.looks + 1  # this extension is one more look
     out = bench / "extend-seeds.yaml"
     ext = extend_seeds(args.spec, bench, loaded, args.extend_seeds, out)
     for why in ext.skipped:
         print(f"  not extended: {why}")
     if not ext.targets:
         if ext.claims:  # the new seeds' records are there already
-            print(f"the records of seeds {ext.seeds} are all there: judge with --looks 2")
+            print(f"the records of seeds {ext.seeds} are all there: judge with --looks {looks}")
         else:
             print("no undecided claim says how many seeds it needs: nothing to extend")
         return 0
@@ -307,7 +318,7 @@ def _extend_seeds(args: argparse.Namespace, bench: Path, loaded: list) -> int:
     new = "; ".join(f"{p} seeds {s[0]}-{s[-1]}" for p, s in ext.seeds.items())
     print(
         f"wrote {out} ({new}) and {listing} ({len(ext.targets)} records). Run them, then "
-        "judge once more at two looks:"
+        f"judge once more, at {looks} looks:"
     )
     # the targets before --config, which would take them as more KEY=VALUE items
     print(f"  snakemake --cores 2 $(cat {listing}) --config spec={out}")
@@ -317,7 +328,7 @@ def _extend_seeds(args: argparse.Namespace, bench: Path, loaded: list) -> int:
     named = " ".join(shlex.quote(str(f)) for f in (args.files or []))
     print(
         f"  sparsebench aggregate {bench} && sparsebench claims {bench} "
-        f"{named + ' ' if named else ''}--spec {args.spec} --looks 2"
+        f"{named + ' ' if named else ''}--spec {args.spec} --looks {looks}"
     )
     return 0
 
@@ -593,7 +604,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="how many times these claims have been judged on growing seeds (after "
-        "--extend-seeds: 2); each is judged at 1 - (1 - level) / LOOKS (Bonferroni)",
+        "--extend-seeds: 2); each is judged at 1 - (1 - level) / LOOKS (Bonferroni); with "
+        "--extend-seeds, the looks so far (the next judgement is one more)",
     )
     c.add_argument(
         "--extend-seeds",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
@@ -20,21 +20,6 @@ from sparsebench.suite.registry import register
 #: (near one-shot), 0.271 s_f for n = 10, and every later step is smaller; below 10 steps the
 #: run no longer tests *gradual* pruning.
 MIN_PRUNING_STEPS = 10
-
-
-def _narrow_fix(params: Any, total_steps: int) -> str:
-    """What makes a window of fewer than MIN_PRUNING_STEPS steps long enough: widening it
-    where the run has the steps, else training longer (how much, at this window)."""
-    b, e = params.begin_fraction, params.end_fraction
-    if e <= b:
-        return "widen the window (begin_fraction < end_fraction)"
-    needed = math.ceil(MIN_PRUNING_STEPS / (e - b))
-    while int(e * needed) - int(b * needed) < MIN_PRUNING_STEPS:  # the window's flooring
-        needed += 1
-    longer = f"train at least {needed} steps (the recipe has {total_steps}) at this window"
-    if total_steps >= MIN_PRUNING_STEPS:
-        return f"widen the window (begin_fraction, end_fraction) or {longer}"
-    return longer
 
 
 @register("gmp", family="pruning")
@@ -164,17 +149,43 @@ class GMP(MaskMethod):
             )
 
     @classmethod
+    def steps_needed(cls, params: Params, limit: int = 10**7) -> int | None:
+        """The fewest training steps whose schedule has MIN_PRUNING_STEPS pruning steps with
+        these parameters (None beyond ``limit``): searched from a lower bound, since the
+        window's ends are floored."""
+        width = params.end_fraction - params.begin_fraction
+        if width <= 0:
+            return None
+        dt = params.pruning_frequency or 1
+        total = max(1, int((MIN_PRUNING_STEPS - 1) * dt / width) - 2)
+        while total <= limit:
+            t0, _, _, n = cls.schedule(params, total)
+            if cls.pruning_step_count(params, n) >= MIN_PRUNING_STEPS:
+                return total
+            total += 1
+        return None
+
+    @classmethod
     def check_budget(cls, params: Params, total_steps: int) -> None:
         t0, t_end, dt, n = cls.schedule(params, total_steps)
         count = cls.pruning_step_count(params, n)
         if count < MIN_PRUNING_STEPS:
             span = t_end - t0
-            fix = (
-                f"set pruning_frequency: null (Δt scaled to {MIN_PRUNING_STEPS} pruning steps) "
-                f"or a pruning_frequency <= {span // MIN_PRUNING_STEPS}, or train longer"
-                if span >= MIN_PRUNING_STEPS
-                else _narrow_fix(params, total_steps)
+            needed = cls.steps_needed(params)
+            longer = (
+                f"train at least {needed} steps (the recipe has {total_steps})"
+                if needed
+                else "train longer"
             )
+            if span >= MIN_PRUNING_STEPS:
+                fix = (
+                    f"set pruning_frequency: null (Δt scaled to {MIN_PRUNING_STEPS} pruning "
+                    f"steps) or a pruning_frequency <= {span // MIN_PRUNING_STEPS}, or {longer}"
+                )
+            elif total_steps >= MIN_PRUNING_STEPS:
+                fix = f"widen the window (begin_fraction, end_fraction) or {longer} at this window"
+            else:
+                fix = f"{longer} at this window"
             kind = "fixed" if params.pruning_frequency is not None else "scaled"
             raise ValueError(
                 f"{cls.method_name}: {count} pruning steps, fewer than MIN_PRUNING_STEPS = "

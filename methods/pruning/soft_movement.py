@@ -68,10 +68,11 @@ class SoftMovement(Movement):
         distribution: Literal["uniform", "erk", "global"] = "global"
 
         def validate(self) -> None:
+            top = torch.finfo(torch.float32).max  # the scores are float32
             for name in ("final_lambda", "scores_lr"):
                 value = getattr(self, name)
-                if not value > 0:
-                    raise ValueError(f"{name} must be > 0, got {value!r}")
+                if not 0 < value <= top:
+                    raise ValueError(f"{name} must be > 0 and at most {top:.3g}, got {value!r}")
             super().validate()
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -121,6 +122,22 @@ class SoftMovement(Movement):
             # ∂(λ R)/∂S with R = (1/L) Σ_layers Σ σ(S) / n
             penalty = lam * sig * (1 - sig) / (sig.numel() * len(layers))
             self.scores[name].grad = self.score_grads[name] + penalty
-        self.score_opt.step()
+        try:
+            self.score_opt.step()
+        except RuntimeError as e:  # Adam's step size overflowing float32
+            if "overflow" not in str(e):
+                raise
+            raise self._diverged(trainer.global_step) from e
         for buf in self.score_grads.values():
             buf.zero_()
+        if not all(bool(torch.isfinite(v).all()) for v in self.scores.values()):
+            raise self._diverged(trainer.global_step)
+
+    def _diverged(self, step: int) -> Exception:
+        from sparsebench.suite.pillars.classification.lit import DivergedError
+
+        p = self.params
+        return DivergedError(
+            f"soft_movement's mask scores are no longer finite at step {step} (final_lambda "
+            f"{p.final_lambda}, scores_lr {p.scores_lr}); lower them"
+        )

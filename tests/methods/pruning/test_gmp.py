@@ -147,7 +147,9 @@ def test_refusal_names_the_kind_of_interval_and_the_fix():
     with pytest.raises(ValueError) as e:
         GMP.check_budget(GMP.Params(pruning_frequency=100), 550)
     assert "fixed pruning_frequency" in str(e.value)
-    assert "pruning_frequency <= 27, or train longer" in str(e.value)
+    assert "pruning_frequency <= 27, or train at least 1999 steps (the recipe has 550)" in str(
+        e.value
+    )  # 1999: int(0.75 · 1999) − int(0.25 · 1999) = 1,000 = 10 Δt; 1998 gives 999
     # 20 steps: window 5..15 of exactly MIN_PRUNING_STEPS = 10 steps, Δt = 2 -> n = 5; a
     # Δt <= 10 // 10 = 1 would fit, so the fix is that Δt, not a wider window
     with pytest.raises(ValueError) as e:
@@ -157,20 +159,30 @@ def test_refusal_names_the_kind_of_interval_and_the_fix():
     with pytest.raises(ValueError) as e:
         GMP.check_budget(GMP.Params(), 12)
     assert "scaled pruning_frequency" in str(e.value)
-    # window 0.25-0.75: 20 steps make it 5..15, exactly 10
-    fix = "widen the window (begin_fraction, end_fraction) or train at least 20 steps"
+    # window 0.25-0.75: 19 steps make it 4..14, exactly 10 (18: 4..13)
+    fix = "widen the window (begin_fraction, end_fraction) or train at least 19 steps"
     assert fix + " (the recipe has 12) at this window" in str(e.value)
     # 8 steps: no window of this run has 10 steps, so widening is not offered
     with pytest.raises(ValueError) as e:
         GMP.check_budget(GMP.Params(), 8)
-    assert "widen" not in str(e.value) and "train at least 20 steps" in str(e.value)
-    # window 0.1-0.8 (70 % of the run): ceil(10 / 0.7) = 15 steps give 1..12, 11 steps
+    assert "widen" not in str(e.value) and "train at least 19 steps" in str(e.value)
+    # window 0.1-0.8: 14 steps give 1..11 (13: 1..9)
     assert (
-        "at least 15 steps"
+        "at least 14 steps"
         in pytest.raises(
             ValueError, GMP.check_budget, GMP.Params(begin_fraction=0.1, end_fraction=0.8), 9
         ).value.args[0]
     )
+    # a fixed Δt = 5 needs a window of 50 steps: 99 (74 − 24); with s_i > 0 the step at t_0
+    # counts too, so 45 steps (90: 67 − 22) do
+    for params, needed in [
+        (GMP.Params(pruning_frequency=5), 99),
+        (GMP.Params(pruning_frequency=5, initial_sparsity=0.3), 90),
+    ]:
+        assert GMP.steps_needed(params) == needed
+        GMP.check_budget(params, needed)
+        with pytest.raises(ValueError, match=f"train at least {needed} steps"):
+            GMP.check_budget(params, needed - 1)
 
 
 def test_a_window_of_one_interval_prunes_once_to_the_target():

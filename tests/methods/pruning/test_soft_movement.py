@@ -102,8 +102,29 @@ def test_before_the_window_the_network_stays_dense_and_the_scores_still_move():
     assert float(method.scores["0"].detach().abs().sum()) > 0
 
 
+def test_scores_that_overflow_end_the_cell_as_diverged():
+    from sparsebench.suite.pillars.classification.lit import DivergedError
+
+    model, store, method, module = _setup(5)
+    method.params.scores_lr = 3e38  # Adam's step size lr / (1 − β1) overflows float32
+    for group in method.score_opt.param_groups:
+        group["lr"] = 3e38
+    with pytest.raises(DivergedError, match="scores_lr 3e"):
+        method.on_train_batch_end(_trainer(90), module, None, (torch.zeros(2, 6),), 0)
+    method = _setup(6)[2]
+    with torch.no_grad():
+        method.scores["0"][0, 0] = torch.inf  # a score that is no longer finite
+    with pytest.raises(DivergedError, match="no longer finite at step 3"):
+        method.on_train_batch_end(_trainer(3), module, None, (torch.zeros(2, 6),), 0)
+
+
 @pytest.mark.parametrize(
-    ("kw", "match"), [({"final_lambda": 0.0}, "final_lambda"), ({"scores_lr": -1.0}, "scores_lr")]
+    ("kw", "match"),
+    [
+        ({"final_lambda": 0.0}, "final_lambda"),
+        ({"scores_lr": -1.0}, "scores_lr"),
+        ({"scores_lr": 1e300}, "at most 3.4e"),
+    ],
 )
 def test_bad_parameters_are_refused(kw, match):
     with pytest.raises(ValueError, match=match):

@@ -105,3 +105,21 @@ def test_the_cli_writes_the_spec_and_the_targets_and_judges_at_two_looks(run, ca
     assert main(["claims", str(bench), str(claims_path), "--looks", "2"]) == 0
     page = (bench / "claims.md").read_text()
     assert "(at the 97.5% level)" in page and "97.5% interval" in page
+
+
+def test_a_second_extension_is_a_third_look_and_the_folder_must_be_the_specs(
+    run, capsys, tmp_path
+):
+    import shutil
+
+    from sparsebench.suite.cli import main
+
+    spec_path, bench, claims_path, _ = run
+    args = ["claims", str(bench), str(claims_path), "--spec", str(spec_path)]
+    assert main([*args, "--extend-seeds", "2", "--looks", "2"]) == 0
+    assert f"--spec {spec_path} --looks 3" in capsys.readouterr().out
+    copy = tmp_path / "copy"
+    shutil.copytree(bench, copy)
+    with pytest.raises(SystemExit, match=r"copy is not results/b, where the spec"):
+        main(["claims", str(copy), str(claims_path), "--spec", str(spec_path),
+              "--extend-seeds", "2"])  # fmt: skip
