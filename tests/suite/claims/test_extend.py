@@ -107,9 +107,7 @@ def test_the_cli_writes_the_spec_and_the_targets_and_judges_at_two_looks(run, ca
     assert "(at the 97.5% level)" in page and "97.5% interval" in page
 
 
-def test_a_second_extension_is_a_third_look_and_the_folder_must_be_the_specs(
-    run, capsys, tmp_path
-):
+def test_a_second_extension_is_a_third_look_and_the_folder_must_be_the_specs(run, capsys, tmp_path):
     import shutil
 
     from sparsebench.suite.cli import main
