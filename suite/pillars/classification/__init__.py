@@ -132,6 +132,12 @@ class ClassificationPillar(Pillar):
         methods = registry.all_methods(FAMILIES)
         if any(methods[m].sparse for m in data["methods"]) and not data["sparsities"]:
             raise SpecError(f"{src}: {KEY}.sparsities: sparse methods need at least one sparsity")
+        for s in data["sparsities"]:
+            if f"{float(s):g}" == "1":  # cell ids and boards print six significant digits
+                raise SpecError(
+                    f"{src}: {KEY}.sparsities: {s!r} prints as 1 (100 %) in cell ids and boards "
+                    "(six significant digits); allowed: below 0.9999995, e.g. 0.99999"
+                )
         _preflight(spec)
         _check_execution(data, src)
 

@@ -206,3 +206,13 @@ def test_nesterov_is_checked_at_validation(tmp_path, recipe, match):
     task["recipe"] = {**task["recipe"], **recipe}
     with pytest.raises(SpecError, match=match):
         _load(tmp_path, data)
+
+
+def test_a_sparsity_that_prints_as_one_is_refused(tmp_path):
+    data = _digits_cnn(copy.deepcopy(BASE))
+    data["sparsities"] = [0.9999999]
+    with pytest.raises(SpecError, match=r"sparsities: 0.9999999 prints as 1 \(100 %\)"):
+        _load(tmp_path, data)
+    data["sparsities"] = [0.99999]
+    assert {c.columns["target_sparsity"] for c in _load(tmp_path, data).cells("classification")
+            if c.method != "dense"} == {0.99999}  # fmt: skip
