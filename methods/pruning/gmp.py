@@ -157,9 +157,11 @@ class GMP(MaskMethod):
         if width <= 0:
             return None
         dt = params.pruning_frequency or 1
-        total = max(1, int((MIN_PRUNING_STEPS - 1) * dt / width) - 2)
+        # at least (MIN - 1) Δt window steps (one fewer with the step at t_0), and a window of
+        # int(e T) - int(b T) steps is below (e - b) T + 1
+        total = max(1, int(((MIN_PRUNING_STEPS - 1) * dt - 1) / width))
         while total <= limit:
-            t0, _, _, n = cls.schedule(params, total)
+            _, _, _, n = cls.schedule(params, total)
             if cls.pruning_step_count(params, n) >= MIN_PRUNING_STEPS:
                 return total
             total += 1
