@@ -215,3 +215,17 @@ def test_an_initial_sparsity_at_or_above_the_target_is_refused():
         GMP.check_sparsity(GMP.Params(), 0.0)
     with pytest.raises(ValueError, match="set pruning_frequency: null with it"):
         Movement.Params(pruning_steps=10).validate()
+
+
+@pytest.mark.parametrize("pruning_frequency", [None, 1, 3])
+@pytest.mark.parametrize("initial_sparsity", [0.0, 0.3])
+def test_steps_needed_is_the_fewest_by_a_search_from_one(pruning_frequency, initial_sparsity):
+    from sparsebench.methods.pruning.gmp import MIN_PRUNING_STEPS
+
+    for b, e in [(0.0, 1.0), (0.05, 0.1), (0.1, 0.8), (0.25, 0.75), (0.3, 0.9)]:
+        params = GMP.Params(begin_fraction=b, end_fraction=e, initial_sparsity=initial_sparsity,
+                            pruning_frequency=pruning_frequency)  # fmt: skip
+        total = 1
+        while GMP.pruning_step_count(params, GMP.schedule(params, total)[3]) < MIN_PRUNING_STEPS:
+            total += 1
+        assert GMP.steps_needed(params) == total, (b, e)
