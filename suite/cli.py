@@ -268,6 +268,8 @@ def _cmd_claims(args: argparse.Namespace) -> int:
             f"benchmark first (`sparsebench run SPEC`), or `sparsebench aggregate {bench}` if "
             "it has records"
         )
+    if args.looks < 1:
+        raise SystemExit(f"sparsebench claims --looks: {args.looks} is not allowed; 1 or more")
     loaded = claims.load_files(files)
     if args.extend_seeds is not None:
         return _extend_seeds(args, bench, loaded)
@@ -305,7 +307,9 @@ def _extend_seeds(args: argparse.Namespace, bench: Path, loaded: list) -> int:
     ext = extend_seeds(args.spec, bench, loaded, args.extend_seeds, out)
     for why in ext.skipped:
         print(f"  not extended: {why}")
+    listing = bench / "extend-seeds.targets"
     if not ext.targets:
+        listing.unlink(missing_ok=True)  # an earlier list would run again by mistake
         if ext.claims:  # the new seeds' records are there already
             print(f"the records of seeds {ext.seeds} are all there: judge with --looks {looks}")
         else:
@@ -313,7 +317,6 @@ def _extend_seeds(args: argparse.Namespace, bench: Path, loaded: list) -> int:
         return 0
     for v in ext.claims:
         print(f"  {v.claim.id}: about {v.seeds_needed} seeds per cell would decide it")
-    listing = bench / "extend-seeds.targets"
     listing.write_text("".join(f"{t}\n" for t in ext.targets))
     new = "; ".join(f"{p} seeds {s[0]}-{s[-1]}" for p, s in ext.seeds.items())
     print(

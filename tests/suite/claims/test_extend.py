@@ -121,3 +121,24 @@ def test_a_second_extension_is_a_third_look_and_the_folder_must_be_the_specs(run
     with pytest.raises(SystemExit, match=r"copy is not results/b, where the spec"):
         main(["claims", str(copy), str(claims_path), "--spec", str(spec_path),
               "--extend-seeds", "2"])  # fmt: skip
+
+
+def test_looks_below_one_names_the_flag(run):
+    from sparsebench.suite.cli import main
+
+    _, bench, claims_path, _ = run
+    with pytest.raises(SystemExit, match=r"--looks: 0 is not allowed; 1 or more"):
+        main(["claims", str(bench), str(claims_path), "--looks", "0"])
+
+
+def test_nothing_to_extend_removes_an_earlier_target_list(run, claim_file, capsys):
+    from sparsebench.suite.cli import main
+
+    spec_path, bench, _, _ = run
+    clear = {"kind": "order", "a": {"method": "snip"}, "b": {"method": "static"}, "op": ">"}
+    decided = claim_file([one("snip-static", **clear)], name="decided.yaml")
+    stale = bench / "extend-seeds.targets"
+    stale.write_text("results/b/classification/runs/x/seed9/record.json\n")
+    assert main(["claims", str(bench), str(decided), "--spec", str(spec_path),
+                 "--extend-seeds", "2"]) == 0  # fmt: skip
+    assert "nothing to extend" in capsys.readouterr().out and not stale.exists()
