@@ -169,8 +169,15 @@ def top_outer_abs(
         base = r0 * n_in
         lo, hi = (int(i) for i in torch.searchsorted(exclude, torch.tensor([base, r1 * n_in])))
         g[exclude[lo:hi] - base] = -math.inf
-        v, i = torch.topk(g, min(k, g.numel()))
-        best_v, order = torch.topk(torch.cat([best_v, v]), min(k, best_v.numel() + v.numel()))
-        best_i = torch.cat([best_i, i + base])[order]
+        if best_v.numel() == k:  # only entries above the running k-th can enter
+            i = (g > best_v[-1]).nonzero().squeeze(1)
+            v = g[i]
+        else:
+            v, i = torch.topk(g, min(k, g.numel()))
+        # the running top-k, sorted descending (its last entry is the k-th); on equal values
+        # the earlier entries of the concatenation (earlier chunks) stay
+        merged_v, merged_i = torch.cat([best_v, v]), torch.cat([best_i, i + base])
+        best_v, order = torch.sort(merged_v, descending=True, stable=True)
+        best_v, best_i = best_v[:k], merged_i[order[:k]]
     best_i = best_i[best_v > -math.inf]  # fewer free positions than k
     return torch.sort(best_i).values
