@@ -150,3 +150,32 @@ class RigL(Static):
         kept = top_mask(torch.where(mask, weight.abs(), -inf), n_active - k)
         grow = top_mask(torch.where(kept, -inf, grad.abs()), k)
         return kept | grow
+
+    @staticmethod
+    @torch.no_grad()
+    def update_values(
+        layer: torch.nn.Module,
+        fraction: float,
+        grad_y: torch.Tensor,
+        x: torch.Tensor,
+        optimizer: torch.optim.Optimizer | None = None,
+        chunk_rows: int | None = None,
+    ) -> int:
+        """RigL's drop/grow on a values-only layer (a ``SparseLinear``), without any (out, in)
+        tensor: drop the ``fraction`` of its values smallest in magnitude, grow as many where
+        |grad_yᵀ x| is largest among the positions not kept (formed a few rows at a time),
+        new ones at zero with zero optimizer state. Given grad = grad_yᵀ x it chooses what
+        :meth:`update_mask` chooses, except how ties at the drop or growth boundary are broken
+        (``torch.topk`` over different tensors). Returns how many connections were regrown.
+        """
+        from sparsebench.kernels.topology import set_pattern, top_outer_abs
+
+        n_active = layer.nnz
+        k = int(fraction * n_active)
+        if k == 0:
+            return 0
+        order = torch.topk(layer.values.detach().abs(), n_active - k).indices
+        kept = torch.sort(layer.flat_index[order]).values
+        grown = top_outer_abs(grad_y, x, k, kept, chunk_rows)
+        set_pattern(layer, torch.sort(torch.cat([kept, grown])).values, 0.0, optimizer)
+        return k

@@ -174,3 +174,34 @@ def test_the_backward_observer_sees_the_operands_of_the_weight_gradient():
     torch.testing.assert_close(gy, 2 * (x.reshape(6, 4) @ dense.T))
     # the values' gradient is that dense gradient on the pattern
     torch.testing.assert_close(layer.values.grad, (gy.T @ xs).reshape(-1)[layer.flat_index])
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_rigl_on_values_chooses_what_rigl_on_masks_chooses(optimizer):
+    from sparsebench.methods.dst.rigl import RigL
+
+    g = torch.Generator().manual_seed(7)
+    mask = torch.rand(24, 40, generator=g) < 0.2
+    layer = SparseLinear(mask, bias=False)
+    opt = (torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9) if optimizer == "sgd"
+           else torch.optim.Adam(layer.parameters(), lr=0.1))  # fmt: skip
+    x = torch.randn(16, 40, generator=g, dtype=torch.float64).float()
+    layer(x).pow(2).sum().backward()
+    opt.step()
+    weight = layer.dense_weight().detach().clone()
+    grad_y = torch.randn(16, 24, generator=g)
+    expect = RigL.update_mask(weight, mask, grad_y.T @ x, 0.3)  # the dense-mask path
+    before = dict(zip(layer.flat_index.tolist(), layer.values.detach().tolist(), strict=True))
+    key = "momentum_buffer" if optimizer == "sgd" else "exp_avg"
+    state = dict(zip(layer.flat_index.tolist(), opt.state[layer.values][key].tolist(),
+                     strict=True))  # fmt: skip
+    k = RigL.update_values(layer, 0.3, grad_y, x, opt, chunk_rows=5)
+    assert k == int(0.3 * int(mask.sum()))
+    assert torch.equal(layer.pattern.mask(), expect)  # the same masks
+    after_state = opt.state[layer.values][key]
+    for pos, v, st in zip(layer.flat_index.tolist(), layer.values.detach().tolist(),
+                          after_state.tolist(), strict=True):  # fmt: skip
+        if pos in before:  # kept (or dropped and regrown at once): value and state carried
+            assert v == before[pos] and st == state[pos]
+        else:  # grown: zero, no history
+            assert v == 0.0 and st == 0.0
