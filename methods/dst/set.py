@@ -186,3 +186,50 @@ class SET(Static):
             init = torch.zeros(w.shape)
         weight.data[grow] = init.to(device=w.device, dtype=weight.dtype)[grow]
         return kept | grow, grow
+
+    def _init_values(self, n: int, name: str, fan_in: int) -> torch.Tensor:
+        """``n`` initial values of regrown connections, by ``regrowth_init`` (as in evolve)."""
+        gen, how = self.ctx.generator, self.params.regrowth_init
+        if how in ("normal", "init"):
+            std = self.params.regrowth_std if how == "normal" else self.init_std[name]
+            return torch.randn(n, generator=gen) * std
+        if how == "uniform":
+            return (torch.rand(n, generator=gen) * 2 - 1) / math.sqrt(fan_in)
+        return torch.zeros(n)
+
+    @torch.no_grad()
+    def evolve_values(
+        self,
+        layer: torch.nn.Module,
+        zeta: float | None = None,
+        name: str = "",
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> int:
+        """One SET step on a values-only layer (a ``SparseLinear``) without any (out, in)
+        tensor: the connections :meth:`evolve` drops (the same rule, on the values), then as
+        many grown at positions drawn uniformly among those not kept by rejection sampling
+        (``grow_random``), started at ``regrowth_init`` with zero optimizer state (a
+        connection dropped and regrown at once restarts too, as in :meth:`evolve`). Returns
+        how many were regrown."""
+        from sparsebench.kernels.topology import grow_random, set_pattern
+
+        zeta = self.params.zeta if zeta is None else zeta
+        v, flat = layer.values.detach(), layer.flat_index
+        drop = torch.zeros(v.numel(), dtype=torch.bool, device=v.device)
+        if self.params.update_interval is None:
+            for side in (v >= 0, v < 0):  # closest to zero on each side of it
+                idx = side.nonzero().squeeze(1)
+                n = int(zeta * idx.numel())
+                drop[idx[torch.topk(-v[idx].abs(), n).indices]] = True
+        else:
+            n = int(zeta * v.numel())
+            drop[torch.topk(-v.abs(), n).indices] = True
+        kept = flat[~drop]  # still sorted
+        grown = grow_random(kept, layer.out_features * layer.in_features, int(drop.sum()),
+                            self.ctx.generator)  # fmt: skip
+        new_flat = torch.sort(torch.cat([kept, grown])).values
+        values = torch.zeros(new_flat.numel(), dtype=v.dtype, device=v.device)
+        init = self._init_values(grown.numel(), name, layer.in_features)
+        values[torch.searchsorted(new_flat, grown)] = init.to(device=v.device, dtype=v.dtype)
+        set_pattern(layer, new_flat, values, optimizer, fresh=grown)
+        return grown.numel()

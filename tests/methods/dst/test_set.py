@@ -196,3 +196,34 @@ def test_budget_boundaries_of_set():
     s = SET(SET.Params(), 0.5, _ctx(55, 55))
     with pytest.raises(ValueError, match="train at least 2 epochs"):
         s.on_fit_start(None, None)
+
+
+@pytest.mark.parametrize("update_interval", [None, 10])
+def test_set_on_values_drops_what_evolve_drops_and_grows_fresh_connections(update_interval):
+    from sparsebench.kernels import SparseLinear
+
+    g = torch.Generator().manual_seed(4)
+    mask = torch.rand(12, 30, generator=g) < 0.3
+    layer = SparseLinear(mask, bias=False)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    layer(torch.randn(4, 30, generator=g)).sum().backward()
+    opt.step()
+    weight = layer.dense_weight().detach().clone()
+    params = SET.Params(zeta=0.3, regrowth_init="normal", update_interval=update_interval)
+    ctx = type("C", (), {"generator": torch.Generator().manual_seed(0), "epochs": 3})()
+    dense_new, dense_grown = SET(params, 0.5, ctx).evolve(weight.clone(), mask)
+    dense_kept = dense_new & ~dense_grown
+    before = dict(zip(layer.flat_index.tolist(), layer.values.detach().tolist(), strict=True))
+    s = SET(params, 0.5, type("C", (), {"generator": torch.Generator().manual_seed(1)})())
+    n = s.evolve_values(layer, optimizer=opt)
+    new = layer.pattern.mask()
+    assert int(new.sum()) == int(mask.sum()) and n == int(dense_grown.sum())  # exact nnz
+    buf = opt.state[layer.values]["momentum_buffer"]
+    kept_here = torch.zeros_like(new)
+    for pos, v, m in zip(layer.flat_index.tolist(), layer.values.detach().tolist(),
+                         buf.tolist(), strict=True):  # fmt: skip
+        if pos in before and v == before[pos] and m != 0.0:
+            kept_here.view(-1)[pos] = True
+        else:  # grown (or dropped and regrown): a fresh N(0, 0.1²) value, no momentum
+            assert m == 0.0 and abs(v) < 0.6
+    assert torch.equal(kept_here, dense_kept)  # the same connections survive the drop
