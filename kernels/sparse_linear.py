@@ -101,7 +101,8 @@ class SparseLinear(nn.Module):
 
     Initialization matches ``nn.Linear`` (U(-1/√in, 1/√in) for weights and bias). The pattern's
     index tensors are buffers, so ``.to()`` moves them and ``state_dict`` saves them; loading a
-    state dict needs a module built with a pattern of the same nnz.
+    state dict takes its pattern and nnz, whatever the module was built with (checked as the
+    pattern is rebuilt). An optimizer built before such a load holds the old values Parameter.
 
     Raises (constructor and ``backend`` assignment):
         ValueError: unknown backend, or a pattern the backend cannot use (e.g. not 2:4).
@@ -220,6 +221,28 @@ class SparseLinear(nn.Module):
             if linear.bias is not None:
                 layer.bias.copy_(linear.bias.detach())
         return layer
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+    ):
+        """Take a checkpoint's pattern whatever its nnz (a topology update may have changed
+        it since this module was built): the values and the index buffers are resized to the
+        checkpoint's before the usual copy, and the pattern is checked as it is rebuilt."""
+        stored = {k: state_dict.get(prefix + k) for k in (*TENSOR_FIELDS, "values")}
+        if all(isinstance(t, Tensor) for t in stored.values()):
+            shape = (self.out_features, self.in_features)
+            SparsityPattern.from_tensors(shape, {k: stored[k] for k in TENSOR_FIELDS})
+            for name in TENSOR_FIELDS:
+                if getattr(self, name).shape != stored[name].shape:
+                    setattr(self, name, torch.empty_like(stored[name], device=self.row_ptr.device))
+            if self.values.shape != stored["values"].shape:
+                self.values = nn.Parameter(
+                    self.values.new_empty(stored["values"].shape),
+                    requires_grad=self.values.requires_grad,
+                )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+        )
 
     def to_dense(self) -> nn.Linear:
         """An ``nn.Linear`` with W (zeros off the pattern) and the bias; same dtype/device."""

@@ -205,3 +205,20 @@ def test_rigl_on_values_chooses_what_rigl_on_masks_chooses(optimizer):
             assert v == before[pos] and st == state[pos]
         else:  # grown: zero, no history
             assert v == 0.0 and st == 0.0
+
+
+def test_a_checkpoint_after_a_pattern_change_loads_back_without_unpickling(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    layer = _layer()
+    set_pattern(layer, torch.tensor([1, 2, 9]), torch.tensor([0.5, -1.0, 2.0]))  # nnz 5 -> 3
+    save_file(layer.state_dict(), str(tmp_path / "ckpt.safetensors"))
+    fresh = SparseLinear(torch.ones(4, 4, dtype=torch.bool), bias=False)  # nnz 16
+    fresh.load_state_dict(load_file(str(tmp_path / "ckpt.safetensors")))
+    assert fresh.nnz == 3 and torch.equal(fresh.flat_index, torch.tensor([1, 2, 9]))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(fresh(x), layer(x))
+    bad = dict(layer.state_dict())
+    bad["col_idx"] = torch.tensor([1, 2, 7], dtype=bad["col_idx"].dtype)  # outside the shape
+    with pytest.raises(ValueError, match="outside shape"):
+        fresh.load_state_dict(bad)
