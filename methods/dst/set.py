@@ -174,28 +174,22 @@ class SET(Static):
         n_grow = int(mask.sum()) - int(kept.sum())
         scores = torch.rand(w.shape, generator=self.ctx.generator).to(w.device)
         grow = top_mask(torch.where(kept, -inf, scores), n_grow)
-        gen = self.ctx.generator
-        how = self.params.regrowth_init
-        if how in ("normal", "init"):
-            std = self.params.regrowth_std if how == "normal" else self.init_std[name]
-            init = torch.randn(w.shape, generator=gen) * std
-        elif how == "uniform":
-            bound = 1.0 / math.sqrt(w[0].numel())  # fan_in of a Linear row / Conv filter
-            init = (torch.rand(w.shape, generator=gen) * 2 - 1) * bound
-        else:
-            init = torch.zeros(w.shape)
+        # fan_in of a Linear row / Conv filter
+        init = self._init_values(w.shape, name, w[0].numel())
         weight.data[grow] = init.to(device=w.device, dtype=weight.dtype)[grow]
         return kept | grow, grow
 
-    def _init_values(self, n: int, name: str, fan_in: int) -> torch.Tensor:
-        """``n`` initial values of regrown connections, by ``regrowth_init`` (as in evolve)."""
+    def _init_values(self, shape: tuple[int, ...] | int, name: str, fan_in: int) -> torch.Tensor:
+        """Initial values of regrown connections, by ``regrowth_init``, drawn in ``shape``
+        from the job's generator."""
         gen, how = self.ctx.generator, self.params.regrowth_init
         if how in ("normal", "init"):
             std = self.params.regrowth_std if how == "normal" else self.init_std[name]
-            return torch.randn(n, generator=gen) * std
+            return torch.randn(shape, generator=gen) * std
         if how == "uniform":
-            return (torch.rand(n, generator=gen) * 2 - 1) / math.sqrt(fan_in)
-        return torch.zeros(n)
+            bound = 1.0 / math.sqrt(fan_in)
+            return (torch.rand(shape, generator=gen) * 2 - 1) * bound
+        return torch.zeros(shape)
 
     @torch.no_grad()
     def evolve_values(
