@@ -81,6 +81,16 @@ class MaskMethod(Method):
     #: Whether the method hooks the pruned layers' modules (SeReNe reads their outputs): a
     #: kernel backend replaces those modules, so it runs with ``execution: dense_mask`` only.
     hooks_layers: ClassVar[bool] = False
+    #: Whether the method runs on values-only layers (``execution: sparse``: the nnz values
+    #: are the only Parameter and topology changes go through ``MaskStore.set_pattern``).
+    #: Read from the class's own body by :meth:`runs_values_only`, never inherited: a
+    #: subclass that changes the update rule must implement and declare it itself.
+    values_only: ClassVar[bool] = False
+
+    @classmethod
+    def runs_values_only(cls) -> bool:
+        """Whether ``execution: sparse`` may run this method (``values_only`` in its own body)."""
+        return bool(cls.__dict__.get("values_only", False))
 
     def __init__(self, params: Any, sparsity: float, ctx: RunContext):
         self.params = params

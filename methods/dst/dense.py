@@ -18,6 +18,8 @@ class Dense(MaskMethod):
     Source: the standard dense baseline of Evci et al. 2020, "Rigging the Lottery", Table 1.
     """
 
+    values_only = True  # no masks: its layers stay dense under every execution
+
     @dataclass
     class Params:
         pass

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -53,6 +55,7 @@ class RigL(Static):
     """
 
     updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates
+    values_only = True  # update_values on execution: sparse
 
     @dataclass
     class Params(Static.Params):
@@ -101,12 +104,25 @@ class RigL(Static):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self.check_budget(self.params, self.ctx.total_steps)
+        self._operands: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         super().on_fit_start(trainer, pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        # An update iteration: capture its dense gradient.
-        pl_module.masks.capture_dense_grads = self.is_update_step(trainer.global_step)
+        # An update iteration: capture its dense gradient (a values-only layer: the operands
+        # of grad_yᵀ x, handed over by its backward; the product is never formed whole).
+        store = pl_module.masks
+        update = self.is_update_step(trainer.global_step)
+        store.capture_dense_grads = update
+        self._operands = {}
+        for name, layer in store.sparse.items():
+            layer.backward_observer = self._observer(name) if update else None
         self._batch_size = int(batch[0].shape[0])
+
+    def _observer(self, name: str):
+        def keep(grad_y: torch.Tensor, x: torch.Tensor) -> None:
+            self._operands[name] = (grad_y.detach(), x.detach())
+
+        return keep
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         """After the backward pass, before the optimizer moves any weight."""
@@ -116,12 +132,18 @@ class RigL(Static):
         store.capture_dense_grads = False
         fraction = self.drop_fraction_at(trainer.global_step)
         with self.timed_update(store):
-            for name, mask in store.masks.items():
-                if mask is not None and name in store.dense_grads:
+            for name in store.layers:
+                if name in self._operands:  # values-only
+                    grad_y, x = self._operands.pop(name)
+                    apply = functools.partial(store.set_pattern, name)
+                    self.update_values(store.sparse[name], fraction, grad_y, x, apply=apply)
+                elif name in store.dense_grads and (mask := store.masks[name]) is not None:
                     grad = store.dense_grads[name]
                     new = self.update_mask(store.weight(name), mask, grad, fraction)
                     store.set_mask(name, new)
         store.dense_grads.clear()
+        for layer in store.sparse.values():
+            layer.backward_observer = None
         # The update replaces the optimizer step: torch optimizers skip parameters without a
         # gradient (no momentum, no weight decay).
         for p in pl_module.parameters():
@@ -160,13 +182,16 @@ class RigL(Static):
         x: torch.Tensor,
         optimizer: torch.optim.Optimizer | None = None,
         chunk_rows: int | None = None,
+        apply: Callable[..., torch.Tensor] | None = None,
     ) -> int:
         """RigL's drop/grow on a values-only layer (a ``SparseLinear``), without any (out, in)
         tensor: drop the ``fraction`` of its values smallest in magnitude, grow as many where
         |grad_yᵀ x| is largest among the positions not kept (formed a few rows at a time),
         new ones at zero with zero optimizer state. Given grad = grad_yᵀ x it chooses what
         :meth:`update_mask` chooses, except how ties at the drop or growth boundary are broken
-        (``torch.topk`` over different tensors). Returns how many connections were regrown.
+        (``torch.topk`` over different tensors). The new pattern is installed by
+        ``apply(new_flat, new_values)`` (a mask store's ``set_pattern``), by default
+        ``kernels.topology.set_pattern`` with ``optimizer``. Returns how many were regrown.
         """
         from sparsebench.kernels.topology import set_pattern, top_outer_abs
 
@@ -177,5 +202,9 @@ class RigL(Static):
         order = torch.topk(layer.values.detach().abs(), n_active - k).indices
         kept = torch.sort(layer.flat_index[order]).values
         grown = top_outer_abs(grad_y, x, k, kept, chunk_rows)
-        set_pattern(layer, torch.sort(torch.cat([kept, grown])).values, 0.0, optimizer)
+        new_flat = torch.sort(torch.cat([kept, grown])).values
+        if apply is None:
+            set_pattern(layer, new_flat, 0.0, optimizer)
+        else:
+            apply(new_flat, 0.0)
         return k

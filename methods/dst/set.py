@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -58,6 +60,7 @@ class SET(Static):
     """
 
     updates_masks = True  # mask updates timed into regrowth_s / regrowth_updates
+    values_only = True  # evolve_values on execution: sparse
 
     @dataclass
     class Params(Static.Params):
@@ -123,8 +126,11 @@ class SET(Static):
         store = pl_module.masks
         zeta = self.zeta_at(step)
         with self.timed_update(store):
-            for name, mask in store.masks.items():
-                if mask is not None:
+            for name in store.layers:
+                if name in store.sparse:  # values-only: O(nnz), no dense tensor
+                    apply = functools.partial(store.set_pattern, name)
+                    self.evolve_values(store.sparse[name], zeta, name, apply=apply)
+                elif (mask := store.masks[name]) is not None:
                     new_mask, grown = self.evolve(store.weight(name), mask, zeta, name)
                     store.set_mask(name, new_mask, reset=grown)
 
@@ -198,13 +204,16 @@ class SET(Static):
         zeta: float | None = None,
         name: str = "",
         optimizer: torch.optim.Optimizer | None = None,
+        apply: Callable[..., torch.Tensor] | None = None,
     ) -> int:
         """One SET step on a values-only layer (a ``SparseLinear``) without any (out, in)
         tensor: the connections :meth:`evolve` drops (the same rule, on the values), then as
         many grown at positions drawn uniformly among those not kept by rejection sampling
         (``grow_random``), started at ``regrowth_init`` with zero optimizer state (a
-        connection dropped and regrown at once restarts too, as in :meth:`evolve`). Returns
-        how many were regrown."""
+        connection dropped and regrown at once restarts too, as in :meth:`evolve`). The new
+        pattern is installed by ``apply(new_flat, new_values, fresh)`` (a mask store's
+        ``set_pattern``, which also keeps its bookkeeping), by default
+        ``kernels.topology.set_pattern`` with ``optimizer``. Returns how many were regrown."""
         from sparsebench.kernels.topology import grow_random, set_pattern
 
         zeta = self.params.zeta if zeta is None else zeta
@@ -225,5 +234,8 @@ class SET(Static):
         values = torch.zeros(new_flat.numel(), dtype=v.dtype, device=v.device)
         init = self._init_values(grown.numel(), name, layer.in_features)
         values[torch.searchsorted(new_flat, grown)] = init.to(device=v.device, dtype=v.dtype)
-        set_pattern(layer, new_flat, values, optimizer, fresh=grown)
+        if apply is None:
+            set_pattern(layer, new_flat, values, optimizer, fresh=grown)
+        else:
+            apply(new_flat, values, grown)
         return grown.numel()

@@ -24,6 +24,8 @@ class Static(MaskMethod):
     Sec. 4 ("Static" baseline); ERK distribution from the same paper, Sec. 3.
     """
 
+    values_only = True  # its masks never change: values-only layers need nothing more
+
     @dataclass
     class Params:
         distribution: Literal["erk", "uniform"] = "erk"

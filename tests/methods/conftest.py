@@ -78,7 +78,7 @@ def run_tiny_fit(
         max_epochs=epochs,
         accelerator="cpu",
         num_sanity_val_steps=0,
-        callbacks=[*run_callbacks(m, ctx, (12,))[0], *extra_callbacks],
+        callbacks=[*run_callbacks(m, ctx, (12,), execution)[0], *extra_callbacks],
     )
     trainer.fit(module, loader)
     return module, m

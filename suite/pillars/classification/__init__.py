@@ -117,10 +117,15 @@ class ClassificationPillar(Pillar):
     def schema(self) -> dict[str, Any]:
         from sparsebench.kernels import BACKENDS
 
+        from .execution import VALUES_ONLY
+
         frag = json.loads(Path(__file__).with_name("section.schema.json").read_text())
         # Backends that take any (unstructured) mask can run a masked layer during training.
         props = frag[KEY]["properties"]
-        props["execution"]["enum"] = [n for n, b in BACKENDS.items() if b.unstructured]
+        props["execution"]["enum"] = [
+            *(n for n, b in BACKENDS.items() if b.unstructured),
+            VALUES_ONLY,
+        ]
         return frag
 
     def check(self, spec: Spec) -> None:
@@ -317,6 +322,8 @@ def _check_execution(data: dict[str, Any], source: str) -> None:
 
     from sparsebench.kernels import BACKENDS
 
+    from .execution import VALUES_ONLY, VALUES_ONLY_BACKEND
+
     name = data["execution"]
     dense = [
         m
@@ -329,6 +336,25 @@ def _check_execution(data: dict[str, Any], source: str) -> None:
             "train(s) dense weights behind the masks or hook the layers' modules (a kernel "
             "backend replaces them); use execution: dense_mask"
         )
+    if name == VALUES_ONLY:
+        others = [
+            m
+            for m in data["methods"]
+            if not registry.get_method(m, FAMILIES).cls.runs_values_only()
+        ]
+        if others:
+            takers = sorted(
+                m
+                for m, info in registry.all_methods(FAMILIES).items()
+                if info.cls.runs_values_only()
+            )
+            raise SpecError(
+                f"{source}: {KEY}.execution: 'sparse' (values-only layers) cannot run "
+                f"{', '.join(others)}: only methods with a values-only topology update run "
+                f"this way ({', '.join(takers)}); use execution: cpu (the same kernels on "
+                "dense weights) or dense_mask for the others"
+            )
+        name = VALUES_ONLY_BACKEND
     ok, why = BACKENDS[name].available()
     if ok and name == "triton" and not torch.cuda.is_available():
         ok, why = False, "it needs a CUDA GPU to train (TRITON_INTERPRET=1 is for tests only)"

@@ -50,11 +50,14 @@ def _plain_linears(model: nn.Module) -> dict[int, nn.Module]:
     """A deepcopy memo that copies every kernel-backed linear layer as a plain ``nn.Linear``
     with the same values: the probe needs dense float64 weights, and a backend's cached
     sparse pattern (a CSR tensor) cannot be deep-copied."""
+    from sparsebench.kernels import SparseLinear
     from sparsebench.suite.pillars.classification.execution import KernelLinear
 
     memo: dict[int, nn.Module] = {}
     for module in model.modules():
-        if isinstance(module, KernelLinear):
+        if isinstance(module, SparseLinear):  # values-only: its dense twin (O(out · in))
+            memo[id(module)] = module.to_dense()
+        elif isinstance(module, KernelLinear):
             w = module.weight
             plain = nn.Linear(
                 module.in_features,

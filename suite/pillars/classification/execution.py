@@ -14,6 +14,13 @@ cases run the dense product instead, because they need it: a layer without a mas
 and a step where the store captures dense gradients (RigL's regrowth criterion needs the
 gradient at masked positions, which a sparse backward does not compute). Conv2d layers always
 run dense × mask.
+
+With ``execution: sparse`` the masked ``nn.Linear`` layers become values-only
+:class:`~sparsebench.kernels.SparseLinear` layers on the ``cpu`` kernels once the method has
+drawn its first masks (:func:`to_values_only`, at fit start): the nnz values are the only
+Parameter, the optimizer updates them alone, and a method's topology updates rewrite them in
+O(nnz) (:mod:`sparsebench.kernels.topology`). Only methods with such an update (their class
+says ``values_only``) run this way; validation refuses the others.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from torch import Tensor, nn
 from sparsebench.suite.pillars.classification.masks import MaskStore
 
 DENSE_MASK = "dense_mask"
+VALUES_ONLY = "sparse"  # execution: sparse
+VALUES_ONLY_BACKEND = "cpu"  # the kernels a values-only layer runs on
 
 
 class KernelLinear(nn.Linear):
@@ -108,6 +117,9 @@ def use_backend(model: nn.Module, store: MaskStore, backend: str) -> list[str]:
     Raises ValueError (unknown backend) or BackendUnavailableError (cannot run here)."""
     from sparsebench.kernels import get_backend
 
+    if backend == VALUES_ONLY:  # converted at fit start (to_values_only)
+        get_backend(VALUES_ONLY_BACKEND).require()
+        return []
     get_backend(backend)
     if backend == DENSE_MASK:
         return []
@@ -126,3 +138,17 @@ def use_backend(model: nn.Module, store: MaskStore, backend: str) -> list[str]:
         setattr(parent, child, new)
         swapped.append(name)
     return swapped
+
+
+def to_values_only(store: MaskStore) -> list[str]:
+    """Make every masked ``nn.Linear`` of ``store`` values-only on :data:`VALUES_ONLY_BACKEND`
+    (:meth:`MaskStore.to_values_only`: model, optimizer and bookkeeping swapped in place);
+    dense layers and convolutions stay as they are. Returns the converted layer names."""
+    names = [
+        n
+        for n, layer in store.layers.items()
+        if type(layer) is nn.Linear and store.masks.stored(n) is not None
+    ]
+    for name in names:
+        store.to_values_only(name, VALUES_ONLY_BACKEND)
+    return names

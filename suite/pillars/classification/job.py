@@ -18,7 +18,7 @@ from sparsebench.suite.spec import Spec
 
 from . import FAMILIES
 
-CPU_EXECUTION = ("cpu",)  # execution backends that run on CPU tensors only
+CPU_EXECUTION = ("cpu", "sparse")  # execution backends that run on CPU tensors only
 TRAINED_FRACTION = 0.1  # a connection counts as trained after 10 % of the run's steps
 
 
@@ -65,7 +65,7 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     )
 
     from .connectivity import effective_density
-    from .execution import use_backend
+    from .execution import VALUES_ONLY, use_backend
     from .lit import ClassificationModule, RunContext, run_callbacks
 
     sec = spec.data["classification"]
@@ -113,9 +113,11 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         info.cls.schedule_position(params, sparsity, recipe_steps),
     )
     use_backend(module.model, module.masks, sec["execution"])
+    # before training: values-only layers (execution: sparse) hold nnz values, not weights
+    params_total = sum(p.numel() for p in model.parameters())
     method = info.cls(params, sparsity, ctx)
     module.optimizer_factory = getattr(method, "make_optimizer", None)
-    callbacks, connectivity = run_callbacks(method, ctx, data.input_shape)
+    callbacks, connectivity = run_callbacks(method, ctx, data.input_shape, sec["execution"])
     rounds = total_steps != recipe_steps
     trainer = quiet_trainer(
         # the recipe's epochs, or the steps of every round of a method that trains several
@@ -128,7 +130,13 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
         deterministic=True,
         callbacks=callbacks,
     )
-    if sec["execution"] != "dense_mask":
+    if sec["execution"] == VALUES_ONLY:
+        # Load (the first time: compile, about a minute) the kernels the layers will run on,
+        # untimed, so that train_wall_s times training only; no random number is drawn.
+        from sparsebench.kernels.backends import _cpu_build
+
+        _cpu_build.load_extension()
+    elif sec["execution"] != "dense_mask":
         # One untimed forward builds/loads the kernel backend (the cpu extension's first load
         # compiles it, about a minute) so that train_wall_s times training only. No weight
         # changes and no random number is drawn, so the run itself is unchanged.
@@ -153,7 +161,6 @@ def run_classification(spec: Spec, cell: Cell, data: Any = None) -> dict[str, An
     f_sparse = sparse_forward_flops(dense_flops, densities)
     f_dense = float(sum(dense_flops.values()))
     masked_out = store.total - store.total_nnz
-    params_total = sum(p.numel() for p in model.parameters())
 
     infer_bs = sec["infer"]["batch_size"]
     x_test = data.test.tensors[0]

@@ -58,6 +58,17 @@ class InitCallback(pl.Callback):
         apply_init(pl_module.masks, self.rule, self.generator)
 
 
+class ValuesOnlyCallback(pl.Callback):
+    """``execution: sparse``: once the method's first masks and their ``init`` are in place,
+    the masked linear layers become values-only (:func:`.execution.to_values_only`); placed
+    right after the init rule among the callbacks."""
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        from sparsebench.suite.pillars.classification.execution import to_values_only
+
+        to_values_only(pl_module.masks)
+
+
 class ConnectivityCallback(pl.Callback):
     """Fraction of outputs reachable from the input and effective density at the start of
     training (after the method's initial masks), see
@@ -82,16 +93,23 @@ class ConnectivityCallback(pl.Callback):
 
 
 def run_callbacks(
-    method: MaskMethod, ctx: RunContext, input_shape: tuple[int, ...]
+    method: MaskMethod,
+    ctx: RunContext,
+    input_shape: tuple[int, ...],
+    execution: str = "dense_mask",
 ) -> tuple[list[pl.Callback], ConnectivityCallback]:
     """The callbacks of one classification run, in the order that matters: the method first
-    (its initial masks), then its ``init`` rule on them, then the FLOPs counter and the
-    connectivity probe, which see its masks. Returns (callbacks, the connectivity callback)."""
+    (its initial masks), then its ``init`` rule on them, then (``execution: sparse``) the
+    switch to values-only layers, then the FLOPs counter and the connectivity probe, which
+    see its masks. Returns (callbacks, the connectivity callback)."""
     from sparsebench.methods.dst.base import as_callback
+    from sparsebench.suite.pillars.classification.execution import VALUES_ONLY
 
     connectivity = ConnectivityCallback(input_shape)
     init = InitCallback(getattr(method.params, "init", "default"), ctx.generator)
-    return [as_callback(method), init, FlopsCallback(ctx.flops), connectivity], connectivity
+    values_only = [ValuesOnlyCallback()] if execution == VALUES_ONLY else []
+    callbacks = [as_callback(method), init, *values_only, FlopsCallback(ctx.flops), connectivity]
+    return callbacks, connectivity
 
 
 def lr_lambda(recipe: dict[str, Any], total_steps: int):

@@ -20,6 +20,13 @@ back), its mask applies in the forward only, through the method's own function o
 mask (:meth:`MaskStore.forward`), which also says what gradient reaches the weights, until
 :meth:`MaskStore.end_straight_through` prunes the weights to their masks.
 
+A *values-only* layer (:meth:`MaskStore.to_values_only`, the spec's ``execution: sparse``) is an
+``nn.Linear`` replaced by a :class:`~sparsebench.kernels.SparseLinear` whose nnz values are its
+only Parameter: no dense weight, no hook, no re-masking (off-pattern weights do not exist), and
+per-connection bookkeeping of size nnz. Its topology changes through :meth:`MaskStore.set_pattern`.
+Reading its entry of ``masks`` builds the dense mask from the pattern: O(out · in), on request
+only (the structural probes after training); the per-step queries (``nnz``, ``densities``) do not.
+
 Layer-wise density allocation: :func:`uniform_densities` and :func:`erk_densities` (Evci et al.
 2020, "Rigging the Lottery", Sec. 3 and the reference implementation's ``get_sparsities``).
 """
@@ -27,10 +34,14 @@ Layer-wise density allocation: :func:`uniform_densities` and :func:`erk_densitie
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from sparsebench.kernels import SparseLinear
 
 PRUNABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d)
 # A straight-through layer's forward weight from its weight and mask (None: dense).
@@ -151,6 +162,40 @@ def top_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
     return mask.view_as(scores)
 
 
+class _Masks(MutableMapping):
+    """name -> bool mask or None; a values-only layer's mask is built from its pattern at each
+    read (O(out · in)) and cannot be assigned (its topology changes by ``set_pattern``)."""
+
+    def __init__(self, store: MaskStore, names: Sequence[str]):
+        self._store = store
+        self._masks: dict[str, torch.Tensor | None] = dict.fromkeys(names)
+
+    def __getitem__(self, name: str) -> torch.Tensor | None:
+        layer = self._store.sparse.get(name)
+        return layer.pattern.mask() if layer is not None else self._masks[name]
+
+    def __setitem__(self, name: str, mask: torch.Tensor | None) -> None:
+        if name in self._store.sparse:
+            raise ValueError(
+                f"layer {name!r} runs values-only (execution: sparse): its connections change "
+                "through MaskStore.set_pattern, not by assigning a mask"
+            )
+        self._masks[name] = mask
+
+    def __delitem__(self, name: str) -> None:
+        del self._masks[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._masks)
+
+    def __len__(self) -> int:
+        return len(self._masks)
+
+    def stored(self, name: str) -> torch.Tensor | None:
+        """The mask held for a masked/dense layer (None for a values-only one): O(1)."""
+        return self._masks[name]
+
+
 class MaskStore:
     """One boolean mask per prunable layer of ``model``; see the module docstring.
 
@@ -163,7 +208,11 @@ class MaskStore:
     def __init__(self, model: nn.Module):
         self.model = model
         self.layers = prunable_layers(model)
-        self.masks: dict[str, torch.Tensor | None] = dict.fromkeys(self.layers)
+        # values-only layers (execution: sparse): name -> SparseLinear, and the optimizer step
+        # at which each of its connections last became active, (nnz,) in the pattern's order
+        self.sparse: dict[str, SparseLinear] = {}
+        self.born: dict[str, torch.Tensor] = {}
+        self.masks: _Masks = _Masks(self, list(self.layers))
         self.capture_dense_grads = False
         self.dense_grads: dict[str, torch.Tensor] = {}
         # Optimizer step at which each connection last became active (-1: active since the
@@ -180,25 +229,43 @@ class MaskStore:
         # Layers whose mask applies in the forward only (weights kept behind it) -> the
         # method's forward weight, a function of the weight and the mask.
         self.straight_through: dict[str, StraightThrough] = {}
-        self._hooks = [
-            layer.weight.register_hook(self._grad_hook(name)) for name, layer in self.layers.items()
-        ]
+        self._hooks = {
+            name: layer.weight.register_hook(self._grad_hook(name))
+            for name, layer in self.layers.items()
+        }
 
     # -- queries -------------------------------------------------------------------------
     def weight(self, name: str) -> nn.Parameter:
+        """Layer ``name``'s dense weight (a values-only layer has none: ValueError)."""
+        if name in self.sparse:
+            raise ValueError(
+                f"layer {name!r} runs values-only (execution: sparse) and has no dense weight; "
+                "use store.sparse[name].values (or .dense_weight(), O(out · in))"
+            )
         return self.layers[name].weight
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        layer = self.sparse.get(name)
+        if layer is not None:
+            return (layer.out_features, layer.in_features)
+        return tuple(self.layers[name].weight.shape)
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {n: tuple(m.weight.shape) for n, m in self.layers.items()}
+        return {n: self.shape(n) for n in self.layers}
+
+    def numel(self, name: str) -> int:
+        return math.prod(self.shape(name))
 
     def nnz(self, name: str) -> int:
         """Active (unmasked) weights of layer ``name``."""
-        mask = self.masks[name]
-        return self.weight(name).numel() if mask is None else int(mask.sum())
+        if name in self.sparse:
+            return self.sparse[name].nnz
+        mask = self.masks.stored(name)
+        return self.numel(name) if mask is None else int(mask.sum())
 
     def density(self, name: str) -> float:
-        return self.nnz(name) / self.weight(name).numel()
+        return self.nnz(name) / self.numel(name)
 
     def densities(self) -> dict[str, float]:
         return {n: self.density(n) for n in self.layers}
@@ -206,7 +273,7 @@ class MaskStore:
     @property
     def total(self) -> int:
         """Number of prunable weights."""
-        return sum(m.weight.numel() for m in self.layers.values())
+        return sum(self.numel(n) for n in self.layers)
 
     @property
     def total_nnz(self) -> int:
@@ -218,7 +285,7 @@ class MaskStore:
 
     @property
     def is_sparse(self) -> bool:
-        return any(m is not None for m in self.masks.values())
+        return bool(self.sparse) or any(self.masks.stored(n) is not None for n in self.masks)
 
     # -- setting masks -------------------------------------------------------------------
     @torch.no_grad()
@@ -329,8 +396,12 @@ class MaskStore:
         if not self.total:
             return 1.0
         kept = 0
-        for name, mask in self.masks.items():
-            since = self.active_since[name]
+        for born in self.born.values():
+            kept += int(((born < 0) | (born <= self.step - min_steps)).sum())
+        for name in self.layers:
+            if name in self.sparse:
+                continue
+            mask, since = self.masks.stored(name), self.active_since[name]
             old = (since < 0) | (since <= self.step - min_steps)
             kept += int((old if mask is None else old & mask.cpu()).sum())
         return kept / self.total
@@ -339,7 +410,8 @@ class MaskStore:
         """Multiply every masked weight by its mask (idempotent); straight-through layers keep
         their dense weights."""
         with torch.no_grad():
-            for name, mask in self.masks.items():
+            for name in self.layers:
+                mask = self.masks.stored(name)
                 if mask is not None and name not in self.straight_through:
                     self.weight(name).mul_(mask)
 
@@ -387,7 +459,7 @@ class MaskStore:
         def hook(grad: torch.Tensor) -> torch.Tensor:
             if self.capture_dense_grads:
                 self.dense_grads[name] = grad.detach().clone()
-            mask = self.masks[name]
+            mask = self.masks.stored(name)
             if mask is None or name in self.straight_through:
                 return grad
             return grad * mask
@@ -402,6 +474,90 @@ class MaskStore:
                     value.masked_fill_(positions, 0.0)
 
     def remove_hooks(self) -> None:
-        for h in self._hooks:
+        for h in self._hooks.values():
             h.remove()
-        self._hooks = []
+        self._hooks = {}
+
+    # -- values-only layers --------------------------------------------------------------
+    @torch.no_grad()
+    def to_values_only(self, name: str, backend: str) -> SparseLinear:
+        """Replace layer ``name`` (an ``nn.Linear`` with a mask) in the model by a
+        :class:`~sparsebench.kernels.SparseLinear` on ``backend`` holding its weights on the
+        mask, and swap its dense weight for the values in every attached optimizer (state
+        gathered onto the pattern). From then on the layer has no dense weight, mask, hook
+        or re-masking; returns the new layer.
+
+        Raises:
+            ValueError: the layer is not an ``nn.Linear``, has no mask, or is straight-through.
+        """
+        from sparsebench.kernels import SparseLinear
+
+        layer, mask = self.layers[name], self.masks.stored(name)
+        if type(layer) is not nn.Linear or mask is None or name in self.straight_through:
+            raise ValueError(
+                f"layer {name!r} cannot run values-only: it must be a masked nn.Linear "
+                f"(it is a {type(layer).__name__}, "
+                f"{'dense' if mask is None else 'masked'}"
+                f"{', straight-through' if name in self.straight_through else ''})"
+            )
+        sparse = SparseLinear.from_dense(layer, mask, backend)
+        if layer.bias is not None:  # the same bias Parameter: the optimizer's reference holds
+            sparse.bias = layer.bias
+        weight, values = layer.weight, sparse.values
+        for opt in self._optimizers:
+            for group in opt.param_groups:
+                group["params"] = [values if p is weight else p for p in group["params"]]
+            state = opt.state.pop(weight, None)
+            if state is not None:
+                opt.state[values] = {
+                    k: sparse.pattern.gather(v)
+                    if torch.is_tensor(v) and v.shape == weight.shape
+                    else v
+                    for k, v in state.items()
+                }
+        parent_name, _, child = name.rpartition(".")
+        parent = self.model.get_submodule(parent_name) if parent_name else self.model
+        setattr(parent, child, sparse)
+        self._hooks.pop(name).remove()
+        self.born[name] = sparse.pattern.gather(self.active_since.pop(name))
+        self.layers[name] = sparse
+        self.sparse[name] = sparse
+        self.masks._masks[name] = None  # the pattern is the mask now
+        return sparse
+
+    @torch.no_grad()
+    def set_pattern(
+        self,
+        name: str,
+        new_flat: torch.Tensor,
+        new_values: torch.Tensor | float = 0.0,
+        fresh: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Move values-only layer ``name`` to the connections ``new_flat`` (sorted flat indices),
+        new ones at ``new_values`` with zero optimizer state (and those in ``fresh``, dropped
+        and regrown at once); kept ones keep value, state and age
+        (:func:`sparsebench.kernels.topology.set_pattern`). Counts a mask update when the
+        connections changed. Returns which new positions were kept."""
+        from sparsebench.kernels.topology import remap, set_pattern
+
+        layer = self.sparse[name]
+        old_flat, old_born = layer.flat_index, self.born[name]
+        values = layer.values
+        owner = next(
+            (
+                o
+                for o in self._optimizers
+                for g in o.param_groups
+                for p in g["params"]
+                if p is values
+            ),
+            None,
+        )
+        kept = set_pattern(layer, new_flat, new_values, owner, fresh)
+        new_flat = layer.flat_index
+        self.born[name] = torch.where(kept, remap(old_flat, new_flat, old_born, 0), self.step).to(
+            torch.int32
+        )
+        if self.counting and not (bool(kept.all()) and torch.equal(old_flat, new_flat)):
+            self.update_steps.add(self.step)
+        return kept

@@ -22,24 +22,26 @@ METRICS = [
 PILLAR = get_pillar("classification")
 
 
-def _spec(tmp_path, **recipe):
+def spec_data(tmp_path, **recipe) -> dict:
+    """A one-epoch RigL spec on digits (LeNet-300-100, 90 %, seeds 0, 3, 4), as a dict."""
     r = {"epochs": 1, "batch_size": 64, "lr": 0.05, **recipe}
-    spec = validate(
-        {
-            "benchmark": "t",
-            "data_root": str(tmp_path / "data"),
-            "classification": {
-                "infer": {"batch_size": 8, "repeats": 2},
-                "tasks": {
-                    "d": {"dataset": "digits", "model": "lenet300_100", "recipe": r},
-                },
-                "methods": {"rigl": {"update_interval": 5}},
-                "sparsities": [0.9],
-                "seeds": [0, 3, 4],
+    return {
+        "benchmark": "t",
+        "data_root": str(tmp_path / "data"),
+        "classification": {
+            "infer": {"batch_size": 8, "repeats": 2},
+            "tasks": {
+                "d": {"dataset": "digits", "model": "lenet300_100", "recipe": r},
             },
+            "methods": {"rigl": {"update_interval": 5}},
+            "sparsities": [0.9],
+            "seeds": [0, 3, 4],
         },
-        source="test.yaml",
-    )
+    }
+
+
+def _spec(tmp_path, **recipe):
+    spec = validate(spec_data(tmp_path, **recipe), source="test.yaml")
     # A task whose files vanish after validation (validation itself refuses a missing dataset).
     tasks = spec.data["classification"]["tasks"]
     tasks["m"] = {**tasks["d"], "dataset": "mnist"}
