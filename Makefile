@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CORES ?= 2
 STAMP := $(VENV)/.sparsebench-installed
 
-.PHONY: bench test test-slow install lint clean-results oracles mutants
+.PHONY: bench test test-slow install lint clean-results oracles mutants bench-sparse-training
 
 install: $(STAMP)
 
@@ -66,6 +66,13 @@ $(ORACLE_STAMP): $(STAMP)
 
 oracles: $(ORACLE_STAMP)
 	SPARSEBENCH_ORACLES=1 $(ORACLES)/bin/python -m pytest -q -p no:cacheprovider $(ORACLE_TESTS)
+
+# The truly-sparse-training benchmark (docs/kernels.md, "Values-only training"): about 25
+# minutes on 2 cores; with `make oracles` done it runs in .venv-oracles and times SparseProp too.
+bench-sparse-training: $(STAMP)
+	$(COMPILE)
+	$$(test -x $(ORACLES)/bin/python && echo $(ORACLES)/bin/python || echo $(PY)) \
+		-m sparsebench.kernels.bench_training --out results/sparse_training
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -189,18 +189,17 @@ class RigL(Static):
         |grad_yᵀ x| is largest among the positions not kept (formed a few rows at a time),
         new ones at zero with zero optimizer state. Given grad = grad_yᵀ x it chooses what
         :meth:`update_mask` chooses, except how ties at the drop or growth boundary are broken
-        (``torch.topk`` over different tensors). The new pattern is installed by
+        (here: the lower flat index first, ``kernels.topology.smallest``; there:
+        ``torch.topk``'s order). The new pattern is installed by
         ``apply(new_flat, new_values)`` (a mask store's ``set_pattern``), by default
         ``kernels.topology.set_pattern`` with ``optimizer``. Returns how many were regrown.
         """
-        from sparsebench.kernels.topology import set_pattern, top_outer_abs
+        from sparsebench.kernels.topology import set_pattern, smallest, top_outer_abs
 
-        n_active = layer.nnz
-        k = int(fraction * n_active)
+        k = int(fraction * layer.nnz)
         if k == 0:
             return 0
-        order = torch.topk(layer.values.detach().abs(), n_active - k).indices
-        kept = torch.sort(layer.flat_index[order]).values
+        kept = layer.flat_index[~smallest(layer.values.detach().abs(), k)]  # still sorted
         grown = top_outer_abs(grad_y, x, k, kept, chunk_rows)
         new_flat = torch.sort(torch.cat([kept, grown])).values
         if apply is None:

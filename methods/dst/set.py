@@ -214,19 +214,17 @@ class SET(Static):
         pattern is installed by ``apply(new_flat, new_values, fresh)`` (a mask store's
         ``set_pattern``, which also keeps its bookkeeping), by default
         ``kernels.topology.set_pattern`` with ``optimizer``. Returns how many were regrown."""
-        from sparsebench.kernels.topology import grow_random, set_pattern
+        from sparsebench.kernels.topology import grow_random, set_pattern, smallest
 
         zeta = self.params.zeta if zeta is None else zeta
         v, flat = layer.values.detach(), layer.flat_index
-        drop = torch.zeros(v.numel(), dtype=torch.bool, device=v.device)
         if self.params.update_interval is None:
+            drop = torch.zeros(v.numel(), dtype=torch.bool, device=v.device)
             for side in (v >= 0, v < 0):  # closest to zero on each side of it
                 idx = side.nonzero().squeeze(1)
-                n = int(zeta * idx.numel())
-                drop[idx[torch.topk(-v[idx].abs(), n).indices]] = True
+                drop[idx[smallest(v[idx].abs(), int(zeta * idx.numel()))]] = True
         else:
-            n = int(zeta * v.numel())
-            drop[torch.topk(-v.abs(), n).indices] = True
+            drop = smallest(v.abs(), int(zeta * v.numel()))
         kept = flat[~drop]  # still sorted
         grown = grow_random(kept, layer.out_features * layer.in_features, int(drop.sum()),
                             self.ctx.generator)  # fmt: skip

@@ -52,7 +52,7 @@ def test_values_and_state_follow_their_positions(opt):
     before = layer.values.detach().clone()
     state = {k: v.clone() for k, v in optimizer.state[layer.values].items()}
     param = layer.values
-    kept = set_pattern(layer, NEW, torch.tensor([0.0, 7.0, 0.0, 8.0, 0.0]), optimizer)
+    kept = set_pattern(layer, NEW, torch.tensor([0.0, 7.0, 0.0, 8.0, 0.0]), optimizer).kept
     assert kept.tolist() == [True, False, True, False, True]
     assert layer.values is param  # same nnz: rewritten in place
     # old order 0, 5, 6, 10, 15 -> new 0, 3, 6, 12, 15: positions 0, 6, 15 keep their slots
@@ -153,7 +153,7 @@ def test_fresh_positions_restart_even_if_they_were_kept():
     before = layer.values.detach().clone()
     # 6 was in the old pattern: dropped and regrown at once, it restarts at its new value
     kept = set_pattern(layer, NEW, torch.tensor([0.0, 7.0, 6.5, 8.0, 0.0]), optimizer,
-                       fresh=torch.tensor([3, 6, 12]))  # fmt: skip
+                       fresh=torch.tensor([3, 6, 12])).kept  # fmt: skip
     assert kept.tolist() == [True, False, False, False, True]
     assert layer.values.tolist() == pytest.approx(
         [float(before[0]), 7.0, 6.5, 8.0, float(before[4])]
@@ -222,3 +222,49 @@ def test_a_checkpoint_after_a_pattern_change_loads_back_without_unpickling(tmp_p
     bad["col_idx"] = torch.tensor([1, 2, 7], dtype=bad["col_idx"].dtype)  # outside the shape
     with pytest.raises(ValueError, match="outside shape"):
         fresh.load_state_dict(bad)
+
+
+def test_smallest_by_hand_ties_to_the_lower_index():
+    from sparsebench.kernels.topology import smallest
+
+    scores = torch.tensor([3.0, 1.0, 2.0, 1.0, 2.0, 0.5])
+    assert smallest(scores, 0).tolist() == [False] * 6
+    assert smallest(scores, 2).nonzero().squeeze(1).tolist() == [1, 5]  # 0.5, then the first 1
+    assert smallest(scores, 4).nonzero().squeeze(1).tolist() == [1, 2, 3, 5]
+    assert smallest(scores, 9).all()
+
+
+@pytest.mark.parametrize("k", [1, 5, 37, 59, 60])
+def test_growth_scores_break_ties_by_flat_index_and_cover_every_k(k):
+    from sparsebench.kernels.topology import top_outer_abs
+
+    # |G| takes only the values 0, 1, 2, 4 (many ties); 60 of 72 positions free
+    grad_y = torch.tensor([[1.0, 0.0, 2.0, -1.0, 0.0, 4.0]]).repeat(2, 1) / 2
+    x = torch.tensor([[1.0, -1.0, 1.0, 0.0, 1.0, 1.0, -1.0, 1.0, 1.0, 0.0, 1.0, 1.0]]).repeat(2, 1)
+    exclude = torch.arange(0, 72, 6)
+    g = (grad_y.T @ x).abs().reshape(-1)
+    g[exclude] = -1
+    # the reference: sort by score descending, then by flat index ascending
+    order = sorted(range(72), key=lambda i: (-float(g[i]), i))
+    expect = sorted(i for i in order[:k] if g[i] >= 0)
+    for chunk_rows in (1, 4, None):
+        assert top_outer_abs(grad_y, x, k, exclude, chunk_rows).tolist() == expect
+
+
+def test_growth_threshold_too_high_is_lowered():
+    from sparsebench.kernels.topology import top_outer_abs
+
+    # G = I x = x; 400 x 400 = 160,000 positions: the strided sample takes every 2nd, which
+    # here are all the large scores (10 at even flat indices, 1 at odd ones), so its threshold
+    # (10) admits fewer than k: it must be lowered (twice: 2.5 still admits only the evens)
+    n = 400
+    target = torch.ones(n * n)
+    target[0::2] = 10.0
+    exclude = torch.empty(0, dtype=torch.int64)
+    k = 100_000
+    got = top_outer_abs(torch.eye(n), target.view(n, n), k, exclude, 50)
+    expect = torch.sort(torch.cat([torch.arange(0, n * n, 2), torch.arange(1, 40_000, 2)])).values
+    assert torch.equal(got, expect)  # every 10, then the 1s by lowest flat index
+    # and a k the first threshold already serves
+    got = top_outer_abs(torch.eye(n), target.view(n, n), 1000, exclude, 50)
+    assert torch.equal(got, torch.arange(0, 2000, 2))

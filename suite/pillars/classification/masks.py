@@ -538,7 +538,7 @@ class MaskStore:
         and regrown at once); kept ones keep value, state and age
         (:func:`sparsebench.kernels.topology.set_pattern`). Counts a mask update when the
         connections changed. Returns which new positions were kept."""
-        from sparsebench.kernels.topology import remap, set_pattern
+        from sparsebench.kernels.topology import set_pattern
 
         layer = self.sparse[name]
         old_flat, old_born = layer.flat_index, self.born[name]
@@ -553,11 +553,9 @@ class MaskStore:
             ),
             None,
         )
-        kept = set_pattern(layer, new_flat, new_values, owner, fresh)
-        new_flat = layer.flat_index
-        self.born[name] = torch.where(kept, remap(old_flat, new_flat, old_born, 0), self.step).to(
-            torch.int32
-        )
+        match = set_pattern(layer, new_flat, new_values, owner, fresh)
+        kept, new_flat = match.kept, layer.flat_index
+        self.born[name] = match.take(old_born, self.step)  # grown (and fresh): born now
         if self.counting and not (bool(kept.all()) and torch.equal(old_flat, new_flat)):
             self.update_steps.add(self.step)
         return kept
