@@ -103,8 +103,8 @@ class Runner:
             elif variant.startswith("sparse"):
                 to_values_only(self.store)
         self.opt = _optimizer(self.model.parameters(), s.optimizer)
-        if self.store is not None and not variant.startswith("sparse"):
-            self.store.attach(self.opt)  # re-mask after every step, as in a job
+        if self.store is not None:  # as in a job: re-masking, and state remapped on updates
+            self.store.attach(self.opt)
         self.set = _set_method(gen) if variant == "sparse_set" else None
 
     def step(self, x: torch.Tensor, y: torch.Tensor, update: bool) -> dict[str, float]:

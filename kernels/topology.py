@@ -23,6 +23,8 @@ from torch import Tensor, nn
 
 from .pattern import SparsityPattern
 
+SAMPLE = 1 << 14  # positions scored to estimate top_outer_abs's threshold
+
 
 @dataclass(frozen=True)
 class Match:
@@ -165,15 +167,16 @@ def grow_random(
     if k > free or k < 0:
         raise ValueError(f"cannot grow {k} connections: {free} of {numel} positions are free")
     device = taken.device
+    gen_device = generator.device if generator is not None else device
     found = torch.empty(0, dtype=torch.int64, device=device)
     while found.numel() < k:
         need = k - found.numel()
         draws = math.ceil(need * numel / free * 1.25) + 16  # expected survivors ≥ need
-        cand = torch.randint(numel, (draws,), generator=generator, device=device)
+        cand = torch.randint(numel, (draws,), generator=generator, device=gen_device).to(device)
         cand = torch.unique(torch.cat([found, cand]))
         cand = cand[~kept_positions(taken, cand)]
         found = cand
-    pick = torch.randperm(found.numel(), generator=generator, device=device)[:k]
+    pick = torch.randperm(found.numel(), generator=generator, device=gen_device)[:k].to(device)
     return torch.sort(found[pick]).values
 
 
@@ -185,11 +188,12 @@ def top_outer_abs(
     flat indices): RigL's growth criterion without an (out, in) tensor. Ties at the boundary
     go to the lower flat index.
 
-    An evenly strided sample of about 16,384 free positions is scored first (one dot product
-    over the batch each), and its quantile gives a threshold a little below the k-th largest;
-    then G is formed ``chunk_rows`` rows at a time, the entries at or above the threshold
-    (about k of them) are kept and the k are selected exactly among them (a threshold that
-    proves too high is lowered and the pass repeated). Memory O(chunk_rows · in + k); time
+    A uniformly random sample of 16,384 positions (fixed seed; the free ones kept) is scored
+    first (one dot product over the batch each), and its quantile gives a threshold a little
+    below the k-th largest; then G is formed ``chunk_rows`` rows at a time, the entries at or
+    above the threshold (about k of them) are kept and the k are selected exactly among them
+    (a threshold that proves too high is lowered and the pass repeated; with fewer than k
+    positive scores, zeros fill up by lowest flat index). Memory O(chunk_rows · in + k); time
     about one dense weight gradient, where a running ``topk`` over the chunks cost several
     times more.
 
@@ -213,27 +217,42 @@ def top_outer_abs(
             r1 = min(r0 + rows, n_out)
             g = (grad_y[:, r0:r1].T @ x).abs_().reshape(-1)
             base = r0 * n_in
-            lo, hi = (int(i) for i in torch.searchsorted(exclude, torch.tensor([base, r1 * n_in])))
+            bounds = torch.tensor([base, r1 * n_in], device=exclude.device)
+            lo, hi = (int(i) for i in torch.searchsorted(exclude, bounds))
             g[exclude[lo:hi] - base] = -1.0
             yield base, g
 
-    threshold = 0.0  # every free score is >= 0: with k = free, all of them
-    if k < free:  # the sample's scores, each a dot product over the batch
-        pos = torch.arange(0, n_out * n_in, max(1, (n_out * n_in) // (1 << 14)), device=x.device)
-        pos = pos[~Match.of(exclude, pos).kept]
-        sample = (grad_y[:, pos // n_in] * x[:, pos % n_in]).sum(0).abs_()
-        # the rank of the k-th largest in the sample, lowered by a safety margin
-        rank = min(sample.numel(), math.ceil(sample.numel() * k / free * 1.05) + 32)
-        threshold = float(torch.topk(sample, rank).values[-1]) if sample.numel() else 0.0
+    if k == free:  # every free position
+        return torch.cat([(g >= 0).nonzero().squeeze(1) + base for base, g in chunks()])
+    # the sample's scores, each a dot product over the batch: uniformly random positions from
+    # a fixed seed (deterministic; a strided sample can fall into a few columns when the
+    # stride divides n_in, e.g. always-blank pixels)
+    gen = torch.Generator().manual_seed(0)
+    pos = torch.sort(torch.randint(n_out * n_in, (SAMPLE,), generator=gen)).values.to(x.device)
+    pos = pos[~Match.of(exclude, pos).kept]
+    sample = (grad_y[:, pos // n_in] * x[:, pos % n_in]).sum(0).abs_()
+    # the rank of the k-th largest in the sample, lowered by a safety margin
+    rank = min(sample.numel(), math.ceil(sample.numel() * k / free * 1.05) + 32)
+    threshold = float(torch.topk(sample, rank).values[-1]) if sample.numel() else 0.0
     for attempt in range(3):
         vals, idx = [], []
-        for base, g in chunks():
-            i = (g >= threshold).nonzero().squeeze(1)
+        for base, g in chunks():  # above a positive threshold, or every positive score
+            i = ((g >= threshold) if threshold > 0 else (g > 0)).nonzero().squeeze(1)
             vals.append(g[i])
             idx.append(i + base)
         cand_v, cand_i = torch.cat(vals), torch.cat(idx)
-        if cand_v.numel() >= k or threshold == 0.0:
+        if cand_v.numel() >= k:
+            chosen = smallest(-cand_v, k)  # the k largest; in flat order, so lower first
+            return cand_i[chosen]  # already increasing
+        if threshold == 0.0:
             break
         threshold = threshold / 4 if attempt == 0 else 0.0  # too few: lower and repeat
-    chosen = smallest(-cand_v, k)  # the k largest; candidates are in flat order: lower first
-    return cand_i[chosen]  # already increasing
+    # fewer than k positive scores: all of them, then zeros by lowest flat index (O(k) memory)
+    need, zeros = k - cand_i.numel(), []
+    for base, g in chunks():
+        z = (g == 0).nonzero().squeeze(1)[:need] + base
+        zeros.append(z)
+        need -= z.numel()
+        if need == 0:
+            break
+    return torch.sort(torch.cat([cand_i, *zeros])).values

@@ -252,19 +252,33 @@ def test_growth_scores_break_ties_by_flat_index_and_cover_every_k(k):
 
 
 def test_growth_threshold_too_high_is_lowered():
+    from sparsebench.kernels.topology import SAMPLE, top_outer_abs
+
+    # G = I x = x on 400 x 400: large scores (10) exactly where the fixed-seed sample looks and
+    # 1 elsewhere, so the sample's threshold (10) admits fewer than k and must be lowered
+    n = 400
+    sampled = torch.unique(
+        torch.randint(n * n, (SAMPLE,), generator=torch.Generator().manual_seed(0))
+    )
+    target = torch.ones(n * n)
+    target[sampled] = 10.0
+    k = sampled.numel() + 5000
+    got = top_outer_abs(torch.eye(n), target.view(n, n), k, torch.empty(0, dtype=torch.int64), 50)
+    others = torch.ones(n * n, dtype=torch.bool)
+    others[sampled] = False
+    expect = torch.sort(torch.cat([sampled, others.nonzero().squeeze(1)[:5000]])).values
+    assert torch.equal(got, expect)  # every 10, then the 1s by lowest flat index
+
+
+def test_growth_fills_with_zero_scores_by_lowest_index():
     from sparsebench.kernels.topology import top_outer_abs
 
-    # G = I x = x; 400 x 400 = 160,000 positions: the strided sample takes every 2nd, which
-    # here are all the large scores (10 at even flat indices, 1 at odd ones), so its threshold
-    # (10) admits fewer than k: it must be lowered (twice: 2.5 still admits only the evens)
-    n = 400
-    target = torch.ones(n * n)
-    target[0::2] = 10.0
-    exclude = torch.empty(0, dtype=torch.int64)
-    k = 100_000
-    got = top_outer_abs(torch.eye(n), target.view(n, n), k, exclude, 50)
-    expect = torch.sort(torch.cat([torch.arange(0, n * n, 2), torch.arange(1, 40_000, 2)])).values
-    assert torch.equal(got, expect)  # every 10, then the 1s by lowest flat index
-    # and a k the first threshold already serves
-    got = top_outer_abs(torch.eye(n), target.view(n, n), 1000, exclude, 50)
-    assert torch.equal(got, torch.arange(0, 2000, 2))
+    # only columns 0 and 1 of a 30 x 50 G are nonzero (60 positive scores); k = 100
+    grad_y = torch.ones(1, 30)
+    x = torch.zeros(1, 50)
+    x[0, :2] = torch.tensor([2.0, -3.0])
+    exclude = torch.tensor([0, 2, 3])  # one positive score and two zeros taken
+    got = top_outer_abs(grad_y, x, 100, exclude, 7).tolist()
+    positive = [r * 50 + c for r in range(30) for c in (0, 1) if r * 50 + c != 0]
+    zeros = [p for p in range(1500) if p % 50 >= 2 and p not in (2, 3)][: 100 - 59]
+    assert got == sorted(positive + zeros)

@@ -369,9 +369,13 @@ def _preflight(spec: Spec) -> None:
     """Checks that need the registries' knowledge but no data: the model fits the dataset, the
     torchvision files are there (or may be downloaded), every method can act within the task's
     step budget. Catches at validation what would otherwise fail one job at a time."""
+    import torch
+
     from sparsebench.suite.data import DATASETS, DatasetNotFoundError, check_available
     from sparsebench.suite.models import build_model
     from sparsebench.suite.pillars.classification.masks import prunable_layers
+
+    from .execution import VALUES_ONLY
 
     src, data, top = spec.source, spec.data[KEY], spec.data
     for name, task in data["tasks"].items():
@@ -381,6 +385,14 @@ def _preflight(spec: Spec) -> None:
         except ValueError as e:
             raise SpecError(f"{src}: {KEY}.tasks.{name}.model: {e}") from None
         layers = prunable_layers(model)
+        convs = [n for n, m in layers.items() if not isinstance(m, torch.nn.Linear)]
+        if convs and data["execution"] == VALUES_ONLY:
+            raise SpecError(
+                f"{src}: {KEY}.tasks.{name}.model: execution: 'sparse' runs Linear layers "
+                f"values-only, and {task['model']} has convolutions ({', '.join(convs)}), "
+                "which would still train as dense x mask; use a fully connected model for "
+                "this task, or execution: cpu / dense_mask"
+            )
         try:
             check_available(task["dataset"], top["data_root"], top["allow_download"])
         except DatasetNotFoundError as e:

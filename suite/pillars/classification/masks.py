@@ -500,7 +500,8 @@ class MaskStore:
                 f"{'dense' if mask is None else 'masked'}"
                 f"{', straight-through' if name in self.straight_through else ''})"
             )
-        sparse = SparseLinear.from_dense(layer, mask, backend)
+        with torch.random.fork_rng(devices=[]):  # its throwaway init draws no run's numbers
+            sparse = SparseLinear.from_dense(layer, mask, backend)
         if layer.bias is not None:  # the same bias Parameter: the optimizer's reference holds
             sparse.bias = layer.bias
         weight, values = layer.weight, sparse.values
@@ -556,6 +557,7 @@ class MaskStore:
         match = set_pattern(layer, new_flat, new_values, owner, fresh)
         kept, new_flat = match.kept, layer.flat_index
         self.born[name] = match.take(old_born, self.step)  # grown (and fresh): born now
-        if self.counting and not (bool(kept.all()) and torch.equal(old_flat, new_flat)):
+        # as set_mask: a change of the connections, not a restart of some in place
+        if self.counting and not torch.equal(old_flat, new_flat):
             self.update_steps.add(self.step)
         return kept

@@ -170,6 +170,24 @@ def test_validation_refuses_a_method_without_a_values_only_update(tmp_path):
     validate(data, source="t.yaml")
 
 
+def test_validation_refuses_a_model_with_convolutions(tmp_path):
+    data = _data(tmp_path)
+    data["classification"]["tasks"]["d"]["model"] = "lenet5"
+    data["classification"]["tasks"]["d"]["dataset"] = "mnist5k"
+    with pytest.raises(SpecError, match=r"tasks\.d\.model: execution: 'sparse'.*lenet5 has "
+                       r"convolutions \(conv1, conv2\).*execution: cpu"):  # fmt: skip
+        validate(data, source="t.yaml")
+
+
+def test_conversion_draws_no_random_number():
+    model = _model()
+    store = MaskStore(model)
+    store.set_mask("0", torch.rand(32, 12) < 0.3)
+    state = torch.random.get_rng_state()
+    to_values_only(store)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
 def test_a_sparse_job_records_what_its_dense_mask_twin_records(tmp_path):
     from sparsebench.suite.job import run_one
 
