@@ -59,7 +59,7 @@ def test_same_seed_same_init() -> None:
 
 
 def test_unknown_model_lists_allowed() -> None:
-    with pytest.raises(ValueError, match="allowed: lenet300_100, lenet5, resnet20"):
+    with pytest.raises(ValueError, match="allowed: lenet300_100, lenet5, mlp3x4096, resnet20"):
         build_model("vgg19", (3, 32, 32), 10)
     assert set(MODELS) == {"lenet300_100", "lenet5", "resnet20", "vit_tiny"}
 

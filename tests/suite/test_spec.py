@@ -94,7 +94,7 @@ def test_grid_and_defaults(tmp_path):
             ["tasks.d.recipe.optimizer", "'lion'", "'sgd'"],
         ),
         (_with(tasks__d__recipe__epochs="ten"), ["tasks.d.recipe.epochs", "'ten'", "integer"]),
-        (_with(execution="sparse"), ["execution", "'sparse'", "'cpu'"]),
+        (_with(execution="values_only"), ["execution", "'values_only'", "'sparse'"]),
         (_with(execution="semi_structured"), ["execution", "'semi_structured'", "'dense_mask'"]),
     ],
 )
