@@ -61,7 +61,7 @@ def test_same_seed_same_init() -> None:
 def test_unknown_model_lists_allowed() -> None:
     with pytest.raises(ValueError, match="allowed: lenet300_100, lenet5, mlp3x4096, resnet20"):
         build_model("vgg19", (3, 32, 32), 10)
-    assert set(MODELS) == {"lenet300_100", "lenet5", "resnet20", "vit_tiny"}
+    assert set(MODELS) == {"lenet300_100", "lenet5", "mlp3x4096", "resnet20", "vit_tiny"}
 
 
 @pytest.mark.parametrize(
@@ -85,3 +85,13 @@ def test_vit_tiny_is_the_merging_trunk_with_a_head_and_refuses_other_inputs():
     assert model(torch.zeros(3, 1, 28, 28)).shape == (3, 10)
     with pytest.raises(ValueError, match="vit_tiny needs"):
         build_model("vit_tiny", (3, 32, 32), 10)
+
+
+def test_wide_mlp_has_three_4096_wide_hidden_layers() -> None:
+    model = build_model("mlp3x4096", (1, 28, 28), 10)
+    shapes = [tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert shapes == [(4096, 784), (4096, 4096), (4096, 4096), (10, 4096)]
+    # weights and biases, by hand
+    expect = 784 * 4096 + 4096 + 2 * (4096 * 4096 + 4096) + 4096 * 10 + 10
+    assert sum(p.numel() for p in model.parameters()) == expect == 36_818_954
+    assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
