@@ -25,7 +25,8 @@ A *values-only* layer (:meth:`MaskStore.to_values_only`, the spec's ``execution:
 only Parameter: no dense weight, no hook, no re-masking (off-pattern weights do not exist), and
 per-connection bookkeeping of size nnz. Its topology changes through :meth:`MaskStore.set_pattern`.
 Reading its entry of ``masks`` builds the dense mask from the pattern: O(out · in), on request
-only (the structural probes after training); the per-step queries (``nnz``, ``densities``) do not.
+only (the structural probes at the start and end of training); the per-step queries (``nnz``,
+``densities``) do not.
 
 Layer-wise density allocation: :func:`uniform_densities` and :func:`erk_densities` (Evci et al.
 2020, "Rigging the Lottery", Sec. 3 and the reference implementation's ``get_sparsities``).
