@@ -67,12 +67,15 @@ $(ORACLE_STAMP): $(STAMP)
 oracles: $(ORACLE_STAMP)
 	SPARSEBENCH_ORACLES=1 $(ORACLES)/bin/python -m pytest -q -p no:cacheprovider $(ORACLE_TESTS)
 
-# The truly-sparse-training benchmark (docs/kernels.md, "Values-only training"): about 25
-# minutes on 2 cores; with `make oracles` done it runs in .venv-oracles and times SparseProp too.
+# The truly-sparse-training benchmark (docs/kernels.md, "Values-only training"): about 9
+# minutes on 2 cores (BENCH_ARGS=--quick: a one-minute smoke run at width 512; --no-memory
+# skips the per-variant memory processes); with `make oracles` done it runs in .venv-oracles
+# and times SparseProp too.
+BENCH_ARGS ?=
 bench-sparse-training: $(STAMP)
 	$(COMPILE)
 	$$(test -x $(ORACLES)/bin/python && echo $(ORACLES)/bin/python || echo $(PY)) \
-		-m sparsebench.kernels.bench_training --out results/sparse_training
+		-m sparsebench.kernels.bench_training --out results/sparse_training $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

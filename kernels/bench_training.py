@@ -52,6 +52,19 @@ class Setting:
     width: int = 4096
 
 
+def _commit() -> str | None:
+    """The checkout's commit (with ``+dirty`` for uncommitted changes), None outside git."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                             text=True, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=here, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return sha + ("+dirty" if dirty else "")
+
+
 def _sparseprop():
     try:
         import sparseprop.modules as sp  # noqa: PLC0415 - optional peer
@@ -274,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         for o in ("sgd", "adam")
     ]
     result: dict[str, Any] = {
+        "commit": _commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "torch": torch.__version__,
         "threads": args.threads,
         "sparseprop": "installed" if have_sp else "not installed (make oracles installs it)",
@@ -342,9 +357,13 @@ def report(result: dict[str, Any]) -> str:
             )
     lines.append("")
     mem = result["memory"]
+    if not mem:
+        lines.append("(peak memory not measured: --no-memory)")
+        lines.append("")
     mv = [v for v in VARIANTS if any(r["variant"] == v for r in mem)]
-    lines.append("| sparsity (batch 64, Adam) | " + " | ".join(mv) + " | dense ÷ sparse |")
-    lines.append("|" + "---|" * (len(mv) + 2))
+    if mem:
+        lines.append("| sparsity (batch 64, Adam) | " + " | ".join(mv) + " | dense ÷ sparse |")
+        lines.append("|" + "---|" * (len(mv) + 2))
     for spv in sorted({r["sparsity"] for r in mem}):
         m = {r["variant"]: r["peak_mb"] for r in mem if r["sparsity"] == spv}
         ratio = m["dense"] / m["sparse"] if m.get("dense") and m.get("sparse") else None

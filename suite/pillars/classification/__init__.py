@@ -131,6 +131,9 @@ class ClassificationPillar(Pillar):
     def check(self, spec: Spec) -> None:
         src, data = spec.source, spec.data[KEY]
         _check_registries(data, src)
+        # before the methods' settings: a method that cannot run this way at all is the first
+        # thing to fix
+        _check_execution(data, src)
         for method in data["methods"]:
             settings(spec, method)  # builds every Params: names and types checked here
         _check_shared_keys(data, src)
@@ -144,7 +147,6 @@ class ClassificationPillar(Pillar):
                     "(six significant digits); allowed: below 0.9999995, e.g. 0.99999"
                 )
         _preflight(spec)
-        _check_execution(data, src)
 
     # ------------------------------------------------------------------ cells
     def cells(self, spec: Spec) -> list[Cell]:
