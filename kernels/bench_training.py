@@ -272,6 +272,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, help="hidden width (default 4096; --quick: 512)")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
     args = ap.parse_args(argv)
+    if args.threads < 1:
+        ap.error(f"--threads must be >= 1, got {args.threads}")
+    if args.width is not None and args.width < 16:
+        ap.error(
+            f"--width must be >= 16 (the width sweep runs at a quarter of it), got {args.width}"
+        )
+    out = Path(args.out)
+    try:  # before a minute of timing, not after
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".write-test").write_text("")
+        (out / ".write-test").unlink()
+    except OSError as e:
+        ap.error(f"--out {args.out}: cannot write there ({e.strerror or e})")
     torch.set_num_threads(args.threads)
     from sparsebench.kernels.backends import _cpu_build
 
@@ -297,8 +310,6 @@ def main(argv: list[str] | None = None) -> int:
         "width_sweep": [],
     }
     t_start = time.perf_counter()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     from sparsebench.suite.record import write_json_atomic
 
     for i, s in enumerate(settings, 1):

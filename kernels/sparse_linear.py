@@ -231,7 +231,7 @@ class SparseLinear(nn.Module):
         stored = {k: state_dict.get(prefix + k) for k in (*TENSOR_FIELDS, "values")}
         if all(isinstance(t, Tensor) for t in stored.values()):
             shape = (self.out_features, self.in_features)
-            SparsityPattern.from_tensors(shape, {k: stored[k] for k in TENSOR_FIELDS})
+            _check_stored_pattern(shape, stored, prefix)
             for name in TENSOR_FIELDS:
                 if getattr(self, name).shape != stored[name].shape:
                     setattr(self, name, torch.empty_like(stored[name], device=self.row_ptr.device))
@@ -271,6 +271,32 @@ class SparseLinear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"nnz={self.nnz}, density={self.density:.4f}, bias={self.bias is not None}, "
             f"backend={self._backend}"
+        )
+
+
+def _check_stored_pattern(shape: tuple[int, int], stored: dict[str, Tensor], prefix: str) -> None:
+    """Raise ValueError unless a checkpoint's pattern buffers are exactly what its flat indices
+    define (dtype included) and its values are one float per connection: the kernels index
+    without bounds checks, so a corrupt or hand-edited buffer must not reach them. O(nnz log
+    nnz), at load only."""
+    flat = stored["flat_index"]
+    try:
+        ref = SparsityPattern.from_flat(shape, flat)
+    except ValueError as e:
+        raise ValueError(f"checkpoint {prefix}flat_index: {e}") from None
+    for name, t in ref.tensors().items():
+        got = stored[name]
+        if got.dtype != t.dtype or not torch.equal(got.to(t.device), t):
+            raise ValueError(
+                f"checkpoint {prefix}{name} ({got.dtype}, {tuple(got.shape)}) is not the one "
+                f"its flat_index defines ({t.dtype}, {tuple(t.shape)}): a corrupt or edited "
+                "pattern is refused"
+            )
+    values = stored["values"]
+    if values.dim() != 1 or values.numel() != ref.nnz or not values.dtype.is_floating_point:
+        raise ValueError(
+            f"checkpoint {prefix}values must be a float vector of the pattern's nnz "
+            f"({ref.nnz},), got {values.dtype} {tuple(values.shape)}"
         )
 
 

@@ -69,11 +69,20 @@ def kept_positions(old_flat: Tensor, new_flat: Tensor) -> Tensor:
     return Match.of(old_flat, new_flat).kept
 
 
+def _check_increasing(name: str, t: Tensor) -> None:
+    if not isinstance(t, Tensor) or t.dim() != 1 or t.dtype.is_floating_point:
+        raise ValueError(f"{name} must be a 1-D integer tensor of flat indices, got {t!r:.80}")
+    if t.numel() > 1 and not bool((t[1:] > t[:-1]).all()):
+        raise ValueError(f"{name} must be strictly increasing (sorted, no repeats)")
+
+
 def smallest(scores: Tensor, k: int) -> Tensor:
     """Bool mask of the ``k`` smallest entries of the 1-D ``scores``, ties at the boundary
     going to the lower index: one ``kthvalue`` and a few passes, O(n) (a ``topk`` keeping
     most of a large tensor costs several times more)."""
     n = scores.numel()
+    if bool(torch.isnan(scores).any()):
+        raise ValueError("smallest: scores contain NaN (no order to choose by)")
     out = torch.zeros(n, dtype=torch.bool, device=scores.device)
     if k <= 0:
         return out
@@ -114,7 +123,23 @@ def set_pattern(
         ValueError: ``new_flat`` is not strictly increasing inside the layer's shape.
     """
     shape = (layer.out_features, layer.in_features)
-    pattern = SparsityPattern.from_flat(shape, new_flat.to(layer.flat_index.device))
+    _check_increasing("new_flat", new_flat)
+    if fresh is not None:
+        _check_increasing("fresh", fresh)
+    if isinstance(new_values, Tensor) and new_values.numel() not in (1, new_flat.numel()):
+        raise ValueError(
+            f"new_values must be a scalar or one value per position of new_flat "
+            f"({new_flat.numel()}), got {new_values.numel()}"
+        )
+    # buffers made here must stay ordinary tensors even when called under inference mode
+    with torch.inference_mode(False):
+        return _set_pattern(layer, shape, new_flat, new_values, optimizer, fresh)
+
+
+def _set_pattern(layer, shape, new_flat, new_values, optimizer, fresh) -> Match:
+    # a copy: the buffers must not be the caller's tensor (an inference tensor, or one it
+    # goes on changing)
+    pattern = SparsityPattern.from_flat(shape, new_flat.to(layer.flat_index.device).clone())
     new_flat = pattern.flat_index
     old_param = layer.values
     # the old positions whose value and state carry over: all but the fresh ones
@@ -163,6 +188,9 @@ def grow_random(
     Raises:
         ValueError: fewer than ``k`` free positions.
     """
+    _check_increasing("taken", taken)
+    if not isinstance(k, int):
+        raise ValueError(f"k must be an int, got {k!r}")
     free = numel - taken.numel()
     if k > free or k < 0:
         raise ValueError(f"cannot grow {k} connections: {free} of {numel} positions are free")
@@ -204,6 +232,11 @@ def top_outer_abs(
         exclude: positions that may not be chosen (the connections kept).
         chunk_rows: rows of G per chunk; None: about 4M entries per chunk.
     """
+    _check_increasing("exclude", exclude)
+    if chunk_rows is not None and chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1 or None, got {chunk_rows}")
+    if not (bool(torch.isfinite(grad_y).all()) and bool(torch.isfinite(x).all())):
+        raise ValueError("top_outer_abs: grad_y or x is not finite (no order to grow by)")
     n_out, n_in = grad_y.shape[1], x.shape[1]
     free = n_out * n_in - exclude.numel()
     k = min(k, free)

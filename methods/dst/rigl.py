@@ -66,8 +66,14 @@ class RigL(Static):
         update_at_start: bool = True
 
         def validate(self) -> None:
-            if self.update_interval < 1:
-                raise ValueError(f"update_interval must be >= 1, got {self.update_interval}")
+            if self.update_interval < 2:
+                # every iteration before T_end would be an update iteration, which replaces
+                # the optimizer step: no weight would move until T_end
+                raise ValueError(
+                    f"update_interval must be >= 2, got {self.update_interval} (with 1 every "
+                    "iteration before T_end is an update iteration, which replaces the "
+                    "optimizer step, so nothing trains until T_end)"
+                )
             if not 0.0 < self.drop_fraction < 1.0:
                 raise ValueError(f"drop_fraction must be in (0, 1), got {self.drop_fraction}")
             if not 0.0 < self.end_fraction <= 1.0:

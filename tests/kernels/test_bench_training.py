@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from sparsebench.kernels import SparseLinear
@@ -43,3 +44,17 @@ def test_the_script_writes_its_json_and_tables(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "sparse ÷ dense" in out and "update share over ΔT = 100" in out
     assert "peak memory not measured: --no-memory" in out and "| sparsity (batch 64" not in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--threads", "0"], "--threads must be >= 1"),
+        (["--width", "3"], "--width must be >= 16"),
+        (["--out", "/proc/nope/x"], "--out /proc/nope/x: cannot write there"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_timing(argv, match, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert match in capsys.readouterr().err

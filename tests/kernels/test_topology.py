@@ -220,8 +220,65 @@ def test_a_checkpoint_after_a_pattern_change_loads_back_without_unpickling(tmp_p
     torch.testing.assert_close(fresh(x), layer(x))
     bad = dict(layer.state_dict())
     bad["col_idx"] = torch.tensor([1, 2, 7], dtype=bad["col_idx"].dtype)  # outside the shape
-    with pytest.raises(ValueError, match="outside shape"):
+    with pytest.raises(ValueError, match="col_idx .* is not the one its flat_index defines"):
         fresh.load_state_dict(bad)
+
+
+@pytest.mark.parametrize(
+    ("key", "edit", "match"),
+    [
+        ("perm", lambda t: torch.full_like(t, 10**6), "perm .* not the one"),
+        ("perm", torch.zeros_like, "perm .* not the one"),
+        ("row_ptr", lambda t: torch.tensor([0, 10**6, 2, 2, 3]), "row_ptr .* not the one"),
+        ("col_ptr", lambda t: t.flip(0), "col_ptr .* not the one"),
+        ("row_of", lambda t: t.long(), "row_of \\(torch.int64"),
+        ("flat_index", lambda t: t.flip(0), "flat_index: flat indices must be strictly"),
+        ("flat_index", lambda t: t.float(), "flat_index: flat indices must be a 1-D integer"),
+        ("values", lambda t: t[:2], "values must be a float vector of the pattern's nnz"),
+    ],
+)
+def test_a_corrupt_checkpoint_is_refused_at_load(key, edit, match):
+    # the kernels index without bounds checks: a checkpoint whose buffers disagree with its
+    # flat indices would read out of bounds (these edits segfaulted before the check)
+    layer = _layer()
+    set_pattern(layer, torch.tensor([1, 2, 9]), torch.tensor([0.5, -1.0, 2.0]))
+    bad = {k: v.clone() for k, v in layer.state_dict().items()}
+    bad[key] = edit(bad[key])
+    fresh = SparseLinear(torch.ones(4, 4, dtype=torch.bool), bias=False)
+    with pytest.raises(ValueError, match=match):
+        fresh.load_state_dict(bad)
+
+
+def test_topology_inputs_are_checked():
+    from sparsebench.kernels.topology import smallest, top_outer_abs
+
+    layer = _layer()
+    with pytest.raises(ValueError, match="taken must be strictly increasing"):
+        grow_random(torch.tensor([5, 1, 3]), 8, 2)
+    with pytest.raises(ValueError, match="k must be an int"):
+        grow_random(torch.tensor([1, 3]), 8, 2.0)
+    with pytest.raises(ValueError, match="fresh must be strictly increasing"):
+        set_pattern(layer, layer.flat_index.clone(), 9.0, fresh=layer.flat_index.flip(0))
+    with pytest.raises(ValueError, match="new_flat must be a 1-D integer tensor"):
+        set_pattern(layer, [1, 2], 0.0)
+    with pytest.raises(ValueError, match="one value per position of new_flat \\(2\\), got 3"):
+        set_pattern(layer, torch.tensor([1, 2]), torch.ones(3))
+    with pytest.raises(ValueError, match="exclude must be strictly increasing"):
+        top_outer_abs(torch.ones(2, 3), torch.ones(2, 4), 2, torch.tensor([5, 1]))
+    with pytest.raises(ValueError, match="chunk_rows must be >= 1"):
+        top_outer_abs(torch.ones(2, 3), torch.ones(2, 4), 2, torch.tensor([1]), chunk_rows=-1)
+    with pytest.raises(ValueError, match="not finite"):
+        top_outer_abs(torch.full((2, 3), float("nan")), torch.ones(2, 4), 2, torch.tensor([1]))
+    with pytest.raises(ValueError, match="NaN"):
+        smallest(torch.tensor([float("nan"), 2.0, 0.0]), 2)
+
+
+def test_a_pattern_changed_under_inference_mode_still_trains():
+    layer = _layer()
+    with torch.inference_mode():
+        set_pattern(layer, torch.tensor([1, 2, 9]), 0.5)
+    layer(torch.ones(2, 4)).sum().backward()
+    assert layer.values.grad is not None and layer.values.grad.shape == (3,)
 
 
 def test_smallest_by_hand_ties_to_the_lower_index():

@@ -388,7 +388,8 @@ def _preflight(spec: Spec) -> None:
             raise SpecError(f"{src}: {KEY}.tasks.{name}.model: {e}") from None
         layers = prunable_layers(model)
         convs = [n for n, m in layers.items() if not isinstance(m, torch.nn.Linear)]
-        if convs and data["execution"] == VALUES_ONLY:
+        sparse_here = any(registry.get_method(m, FAMILIES).sparse for m in task_methods(data, name))
+        if convs and sparse_here and data["execution"] == VALUES_ONLY:
             raise SpecError(
                 f"{src}: {KEY}.tasks.{name}.model: execution: 'sparse' runs Linear layers "
                 f"values-only, and {task['model']} has convolutions ({', '.join(convs)}), "

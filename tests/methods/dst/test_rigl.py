@@ -184,3 +184,12 @@ def test_one_update_per_captured_gradient():
     assert not store.capture_dense_grads
     r.on_before_optimizer_step(trainer, module, None)
     assert len(r.update_seconds) == 1
+
+
+def test_an_update_every_iteration_is_refused():
+    # every iteration before T_end would replace its optimizer step: nothing would train
+    from sparsebench.methods.dst.rigl import RigL
+
+    with pytest.raises(ValueError, match="update_interval must be >= 2, got 1.*nothing trains"):
+        RigL.Params(update_interval=1).validate()
+    RigL.Params(update_interval=2).validate()

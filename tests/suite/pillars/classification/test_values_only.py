@@ -179,6 +179,17 @@ def test_validation_refuses_a_model_with_convolutions(tmp_path):
         validate(data, source="t.yaml")
 
 
+def test_a_convolutional_task_with_only_dense_may_share_the_section(tmp_path):
+    data = _data(tmp_path)
+    data["classification"]["tasks"]["c"] = {
+        "dataset": "mnist5k",
+        "model": "lenet5",
+        "methods": ["dense"],  # no masks: nothing would run as dense x mask
+        "recipe": {"epochs": 1, "batch_size": 64, "lr": 0.05},
+    }
+    validate(data, source="t.yaml")
+
+
 def test_conversion_draws_no_random_number():
     model = _model()
     store = MaskStore(model)
