@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CORES ?= 2
 STAMP := $(VENV)/.sparsebench-installed
 
-.PHONY: bench test test-slow install lint clean-results oracles mutants bench-sparse-training
+.PHONY: bench test test-slow install lint clean-results oracles mutants bench-sparse-training slurm-up slurm-down test-slurm
 
 install: $(STAMP)
 
@@ -41,7 +41,7 @@ bench: $(STAMP)
 # CI runs too.
 test: $(STAMP)
 	$(COMPILE)
-	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal -m "not slow"
+	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal -m "not slow and not slurm"
 
 test-slow: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile -m slow
@@ -76,6 +76,19 @@ bench-sparse-training: $(STAMP)
 	$(COMPILE)
 	$$(test -x $(ORACLES)/bin/python && echo $(ORACLES)/bin/python || echo $(PY)) \
 		-m sparsebench.kernels.bench_training --out results/sparse_training $(BENCH_ARGS)
+
+# A one-node SLURM on this machine (root, Debian's slurmctld slurmd slurm-client munge), to
+# try profiles/slurm; its configuration goes to /etc/slurm/slurm.conf and is removed by down.
+slurm-up: $(STAMP)
+	$(PY) -m sparsebench.suite.slurm_local up
+
+slurm-down: $(STAMP)
+	$(PY) -m sparsebench.suite.slurm_local down
+
+# The SLURM tests: the executor plugin (the `cluster` extra) and the cluster they start.
+test-slurm: $(STAMP)
+	$(VENV)/bin/python -m pip install --quiet -e '.[cluster]'
+	REQUIRE_SLURM=1 $(VENV)/bin/python -m pytest -q -m slurm tests/suite/test_slurm.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -9,6 +9,7 @@ loses the rows that did finish, and an existing finished record is never overwri
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from datetime import UTC, datetime
@@ -80,7 +81,19 @@ _PROVENANCE: dict[str, Any] = {}
 
 
 def provenance() -> dict[str, Any]:
-    """Environment columns shared by every record (computed once per process)."""
+    """Environment columns shared by every record (computed once per process), and under
+    SLURM the job's id and node (read at each call: a process may serve several jobs)."""
+    return {**_process_provenance(), **_slurm_provenance()}
+
+
+def _slurm_provenance() -> dict[str, Any]:
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return {}  # a local run's records carry no SLURM keys
+    return {"slurm_job_id": job, "slurm_node": os.environ.get("SLURMD_NODENAME")}
+
+
+def _process_provenance() -> dict[str, Any]:
     if _PROVENANCE:
         return dict(_PROVENANCE)
     import torch
