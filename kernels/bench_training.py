@@ -52,16 +52,10 @@ class Setting:
     width: int = 4096
 
 
-def _commit() -> str | None:
-    """The checkout's commit (with ``+dirty`` for uncommitted changes), None outside git."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=here, capture_output=True, text=True).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return None
+def _commit() -> str:
+    from sparsebench.suite.record import git_info
+
+    sha, dirty = git_info()
     return sha + ("+dirty" if dirty else "")
 
 
@@ -233,12 +227,12 @@ def peak_memory(s: Setting, variant: str) -> float | None:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _status_mb(key: str) -> float:
+def _rss_mb() -> float:
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith(key + ":"):
+            if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
-    raise RuntimeError(f"/proc/self/status has no {key}")
+    raise RuntimeError("/proc/self/status has no VmRSS")
 
 
 def _child_memory(setting: dict[str, Any], variant: str) -> float:
@@ -253,15 +247,17 @@ def _child_memory(setting: dict[str, Any], variant: str) -> float:
 
     _cpu_build.load_extension()
     Runner("sparse", Setting(0.5, 2, s.optimizer, 8)).step(x[:2, :], y[:2], update=False)
-    before = _status_mb("VmRSS")
+    from sparsebench.suite.memory import peak_mb, reset_peak
+
+    before = _rss_mb()
     run = Runner(variant, s)
     # the peak of training, not of building the model (a values-only model is built dense
-    # once, then converted): reset the peak (VmHWM) to the resident set after the build
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+    # once, then converted): the peak restarts from the resident set after the build
+    if not reset_peak():
+        raise RuntimeError("cannot reset the peak resident memory here (/proc/self/clear_refs)")
     for i in range(3):
         run.step(x, y, update=i == 1)
-    return _status_mb("VmHWM") - before
+    return peak_mb() - before
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         for o in ("sgd", "adam")
     ]
     result: dict[str, Any] = {
-        "commit": _commit(),
+        "commit": _commit(),  # sha, "+dirty" for uncommitted changes
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "torch": torch.__version__,
         "threads": args.threads,
