@@ -28,6 +28,7 @@ rule all:
 
 
 onstart:
+    refuse_unplaceable_gpu_cells()
     save_run_plan()
     import_pandas_meanwhile()
 

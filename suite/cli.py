@@ -386,6 +386,16 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print(f"  {paths.record(spec.benchmark, c.pillar, c.id)}  ({c.label})")
     if len(cells) > args.show:
         print(f"  ... and {len(cells) - args.show} more (--show N)")
+    gpu_cells = [c for c in cells if c.gpus]
+    if gpu_cells:
+        from sparsebench.suite.gpus import local_problem
+
+        why = local_problem()
+        where = f"{why}: a local run is refused at its start" if why else "this machine has one"
+        print(
+            f"note: {len(gpu_cells)} cell(s) need a GPU; {where} (under SLURM the cluster's "
+            "partitions are asked when the run starts)"
+        )
     return 0
 
 

@@ -103,6 +103,8 @@ class Cell:
         trigger: everything that defines the cell's result besides its id; a change reruns
             exactly this cell (its hash is kept in the record as ``trigger``).
         threads: torch threads of the job (Snakemake ``threads:``).
+        gpus: GPUs the cell needs (0: CPU only); a cluster job asks for them, and a run
+            where they cannot be had is refused when it starts.
         batch: cells with the same key may run in one process, sharing their set-up.
         inputs: artefacts the cell reads (outputs of other rules, as Snakemake inputs).
         columns: the pillar's identifying columns of the record (known before running).
@@ -117,6 +119,7 @@ class Cell:
     seed: int | None = None
     trigger: Mapping[str, Any] = field(default_factory=dict, compare=False)
     threads: int = 1
+    gpus: int = 0
     batch: str = ""
     inputs: tuple[str, ...] = ()
     columns: Mapping[str, Any] = field(default_factory=dict, compare=False)
@@ -239,6 +242,16 @@ class Pillar:
     batch_max: ClassVar[int] = 0
     # The column an ok row must carry (None: the first metric's).
     ok_metric_column: ClassVar[str | None] = None
+    # Columns that are measurements of the run (seconds, memory, and what is computed from
+    # them): two runs of one cell differ there and agree on every other column on one CPU.
+    measured: ClassVar[tuple[str, ...]] = ()
+    # What a cluster job asks for (profiles/slurm): the peak resident memory of one job (MB,
+    # a request with room: torch, Lightning and the pillar's largest default cells), and the
+    # minutes one cell takes when no earlier record of it says (its last ``cell_s``), and one
+    # artefact's build (suite/workflow.cluster_resources turns them into a time limit).
+    job_mem_mb: ClassVar[int] = 4000
+    cell_minutes: ClassVar[float] = 10.0
+    artefact_minutes: ClassVar[float] = 15.0
 
     def method_package(self, family: str) -> str:
         """The package whose modules register ``family``'s built-in methods."""

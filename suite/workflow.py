@@ -37,6 +37,11 @@ class Batch:
     cells: tuple[Cell, ...]
     threads: int
     stale: tuple[str, ...] = ()  # ids of cells whose record exists for another trigger
+    minutes: float = 0.0  # the cells' expected minutes (earlier records', else the pillar's)
+
+    @property
+    def gpus(self) -> int:
+        return max((c.gpus for c in self.cells), default=0)
 
     def records(self, bench: str) -> list[str]:
         return [str(paths.record(bench, self.pillar, c.id)) for c in self.cells]
@@ -196,8 +201,36 @@ def batches(
             part = tuple(group[i * chunk : (i + 1) * chunk])
             suffix = f".{i + 1}of{n}" if n > 1 else ""
             old = tuple(c.id for c in part if (pillar_name, c.id) in stale)
-            out[pillar_name].append(Batch(pillar_name, base + suffix, part, threads, old))
+            minutes = sum(expected_minutes(bench, pillar_name, c) for c in part)
+            out[pillar_name].append(
+                Batch(pillar_name, base + suffix, part, threads, old, round(minutes, 2))
+            )
     return out
+
+
+def expected_minutes(bench: str, pillar: str, cell: Cell) -> float:
+    """Minutes ``cell`` is expected to take: its last ok record's ``cell_s`` when it has one
+    (a cell rerun for a new trigger), else the pillar's :attr:`Pillar.cell_minutes`."""
+    try:
+        data = json.loads(paths.record(bench, pillar, cell.id).read_text())
+        if data.get("status") == "ok" and float(data["cell_s"]) >= 0:
+            return float(data["cell_s"]) / 60
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass
+    return get_pillar(pillar).cell_minutes
+
+
+def cluster_resources(pillar: str, minutes: float, gpus: int) -> dict[str, int]:
+    """Snakemake ``resources`` of a job of ``pillar`` expected to take ``minutes``, which a
+    cluster executor turns into its request (profiles/slurm: ``--mem``, ``-t``, ``--gpus``;
+    threads become ``--cpus-per-task``). The time limit is twice the estimate plus five
+    minutes for the interpreter's start and the machine's load (ours): a job past its limit
+    is killed, so the request errs long. Local runs ignore all three."""
+    return {
+        "mem_mb": get_pillar(pillar).job_mem_mb,
+        "runtime": math.ceil(2 * minutes) + 5,
+        "gpu": gpus,
+    }
 
 
 @dataclass(frozen=True)
@@ -260,6 +293,7 @@ def save_plan(
                 "cells": [c.id for c in b.cells],
                 "threads": b.threads,
                 "stale": list(b.stale),
+                "minutes": b.minutes,
             }  # fmt: skip
             for b in bs
         ]
@@ -303,7 +337,14 @@ def load_plan(path: Path, cells: dict[str, list[Cell]]) -> dict[str, list[Batch]
             found = [by_id.get(pillar, {}).get(i) for i in b["cells"]]
             if pillar in out and all(found):
                 out[pillar].append(
-                    Batch(pillar, b["name"], tuple(found), b["threads"], tuple(b["stale"]))
+                    Batch(
+                        pillar,
+                        b["name"],
+                        tuple(found),
+                        b["threads"],
+                        tuple(b["stale"]),
+                        float(b.get("minutes", 0.0)),
+                    )  # fmt: skip
                 )
     return out
 

@@ -68,12 +68,14 @@ class Backend(Method):
         description: one line for listings and docs.
         unstructured: whether any sparsity pattern works (False for 2:4 only); only such
             backends can run the changing masks of a dst/pruning job (the ``execution`` key).
+        needs_gpu: whether it runs only on a CUDA GPU (a cell using it asks a cluster for one).
         forward_impl, grad_input_impl, grad_values_impl: the three products (static).
     """
 
     Params = NoParams
     description: str = ""
     unstructured: bool = True
+    needs_gpu: bool = False
     forward_impl: ForwardFn
     grad_input_impl: GradInputFn
     grad_values_impl: GradValuesFn

@@ -130,6 +130,7 @@ class SemiStructuredBackend(Backend):
     """
 
     description = "2:4 sparse tensor cores (torch.sparse.to_sparse_semi_structured), GPU sm >= 80"
+    needs_gpu = True
     unstructured = False
     forward_impl = staticmethod(forward)
     # The mask is 2:4 along the inputs only, not along the outputs that grad_input contracts

@@ -172,6 +172,7 @@ class TritonBackend(Backend):
     """
 
     description = "our Triton CSR SpMM (row × batch tile programs) and SDDMM (GPU, or interpreter)"
+    needs_gpu = True
     forward_impl = staticmethod(forward)
     grad_input_impl = staticmethod(grad_input)
     grad_values_impl = staticmethod(grad_values)

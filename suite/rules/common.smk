@@ -16,6 +16,7 @@ from sparsebench.suite.spec import DEFAULT_SPEC, SpecError, load
 from sparsebench.suite.workflow import (
     artefact_batches,
     batches,
+    cluster_resources,
     drop_broken_tables,
     exit_without_teardown,
     import_pandas_meanwhile,
@@ -116,6 +117,22 @@ else:
 RUN_START = time.time()
 # The report's front page (suite/rules/report/workflow.rst), rendered only by --report.
 config[FRONT_KEY] = FrontPage(BENCH, SPEC_FILE, tuple(PILLARS), CORES)
+
+
+def refuse_unplaceable_gpu_cells():
+    """Before anything is submitted (Snakemake's onstart, which knows the executor): refuse the
+    run when pending cells need a GPU that the executor's machines do not have (this machine
+    for local runs; the cluster's partitions under SLURM), rather than fail each job or wait
+    in a queue forever."""
+    if not workflow.is_main_process:
+        return
+    from sparsebench.suite.gpus import refusal
+
+    needing = [c.id for bs in BATCHES.values() for b in bs if b.gpus for c in b.cells]
+    plugin = workflow.executor_plugin
+    message = refusal(plugin.name if plugin is not None else "local", needing)
+    if message:
+        sys.exit(message)
 
 
 def save_run_plan():

@@ -22,6 +22,10 @@ for _ab in ARTEFACT_BATCHES:
             python=PYTHON,
             spec=shlex.quote(SPEC_FILE),
         threads: _ab.threads
+        resources:
+            **cluster_resources(
+                _ab.pillar, len(_ab.artefacts) * PILLARS[_ab.pillar].artefact_minutes, 0
+            ),
         priority: 100  # before any cell: cells wait on artefacts
         conda:
             CONDA_ENV
@@ -50,6 +54,8 @@ for _pillar, _batches in BATCHES.items():
                 python=PYTHON,
                 spec=shlex.quote(SPEC_FILE),
             threads: _batch.threads
+            resources:
+                **cluster_resources(_pillar, _batch.minutes, _batch.gpus),
             priority: _batch.priority
             conda:
                 CONDA_ENV

@@ -69,6 +69,12 @@ def test_pillar_declarations(name):
         assert m.name in declared, f"metric {m.name} is not a column of {name}"
     assert issubclass(p.table, CommonSchema)
     assert set(p.table.to_schema().columns) <= set(declared), "table columns are declared"
+    # what a cluster job asks for, and the columns two runs of a cell may differ in: every
+    # column of seconds, milliseconds or memory is declared measured
+    assert p.job_mem_mb >= 500 and p.cell_minutes > 0 and p.artefact_minutes > 0
+    assert set(p.measured) <= set(p.columns)
+    timed = {c for c in p.columns if c.endswith(("_s", "_ms", "_mb"))}
+    assert timed <= set(p.measured), f"{sorted(timed - set(p.measured))} are measurements"
     module_dir = Path(__import__(type(p).__module__, fromlist=["_"]).__file__).parent
     for plot in p.plots:
         assert plot.file.endswith(".png") and (module_dir / plot.caption).is_file()

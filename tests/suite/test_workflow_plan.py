@@ -153,3 +153,41 @@ def test_exit_without_teardown_keeps_the_code_the_log_and_the_streams(tmp_path):
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert got.returncode == 3 and got.stdout == "flushed", got.stderr
     assert "kept" in log.read_text()
+
+
+def test_a_jobs_cluster_request_comes_from_earlier_records_else_the_pillar(tmp_path, monkeypatch):
+    from sparsebench.suite.pillar import get_pillar
+
+    monkeypatch.chdir(tmp_path)
+    rerun, fresh, failed = _cells(3)
+    # a cell rerun for a new trigger: its last ok record took 90 s
+    write_json_atomic(paths.record("B", "classification", rerun.id),
+                      {"trigger": "old", "status": "ok", "cell_s": 90.0})  # fmt: skip
+    # a failed record's seconds say nothing of a whole cell: the pillar's estimate counts
+    write_json_atomic(paths.record("B", "classification", failed.id),
+                      {"trigger": "old", "status": "failed", "cell_s": 1.0})  # fmt: skip
+    pillar = get_pillar("classification")
+    assert workflow.expected_minutes("B", "classification", rerun) == 1.5
+    assert workflow.expected_minutes("B", "classification", fresh) == pillar.cell_minutes
+    assert workflow.expected_minutes("B", "classification", failed) == pillar.cell_minutes
+    [batch] = workflow.batches("B", {"classification": [rerun, fresh, failed]}, None)[
+        "classification"]  # fmt: skip
+    assert batch.minutes == 1.5 + 2 * pillar.cell_minutes and batch.gpus == 0
+    # twice the estimate and five minutes, the pillar's memory, the GPUs the cells need
+    assert workflow.cluster_resources("classification", 1.5 + 10.0, 1) == {
+        "mem_mb": pillar.job_mem_mb, "runtime": 28, "gpu": 1}  # fmt: skip
+    plan = tmp_path / "plan.json"
+    workflow.save_plan(plan, {"classification": [batch]})
+    [loaded] = workflow.load_plan(plan, {"classification": [rerun, fresh, failed]})[
+        "classification"]  # fmt: skip
+    assert loaded.minutes == batch.minutes  # a job's own parse asks for the same
+
+
+def test_a_batch_needs_the_gpus_of_its_cells(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    monkeypatch.chdir(tmp_path)
+    cells = _cells(2)
+    cells[1] = replace(cells[1], gpus=1)
+    [batch] = workflow.batches("B", {"classification": cells}, None)["classification"]
+    assert batch.gpus == 1

@@ -50,6 +50,9 @@ class ClassificationPillar(Pillar):
         "init",
     )
     columns = COLUMNS
+    measured = ("train_wall_s", "infer_ms", "regrowth_s")
+    job_mem_mb = 3000
+    cell_minutes = 5.0
     row_key = IDENT
     cell_axes = ("target_sparsity", "epochs")
     # deterministic (a spread of zero over seeds is evidence, and `stat: exact` is allowed):
@@ -151,6 +154,7 @@ class ClassificationPillar(Pillar):
     # ------------------------------------------------------------------ cells
     def cells(self, spec: Spec) -> list[Cell]:
         data = spec.data[KEY]
+        gpus = int(_execution_backend(data["execution"]).needs_gpu)
         out = []
         for task_name, task in data.get("tasks", {}).items():
             for method in task_methods(data, task_name):
@@ -178,6 +182,7 @@ class ClassificationPillar(Pillar):
                                     seed=seed,
                                     trigger=trigger,
                                     threads=spec.data["threads"],
+                                    gpus=gpus,
                                     batch=f"{task_name}/{method}/{setting.setting_id}",
                                     columns={
                                         "family": info.family,
@@ -318,8 +323,19 @@ def _check_shared_keys(data: dict[str, Any], source: str) -> None:
             )
 
 
+def _execution_backend(execution: str) -> Any:
+    """The kernel backend an ``execution`` value runs on."""
+    from sparsebench.kernels import BACKENDS
+
+    from .execution import VALUES_ONLY, VALUES_ONLY_BACKEND
+
+    return BACKENDS[VALUES_ONLY_BACKEND if execution == VALUES_ONLY else execution]
+
+
 def _check_execution(data: dict[str, Any], source: str) -> None:
-    """The ``execution`` backend must run on this machine (its reason otherwise)."""
+    """The ``execution`` backend must be able to run the methods, and run on this machine
+    (its reason otherwise) unless it needs a GPU this machine lacks (asked at the run's start
+    of the machines that run the jobs)."""
     import torch
 
     from sparsebench.kernels import BACKENDS
@@ -357,9 +373,13 @@ def _check_execution(data: dict[str, Any], source: str) -> None:
                 "dense weights) or dense_mask for the others"
             )
         name = VALUES_ONLY_BACKEND
-    ok, why = BACKENDS[name].available()
-    if ok and name == "triton" and not torch.cuda.is_available():
-        ok, why = False, "it needs a CUDA GPU to train (TRITON_INTERPRET=1 is for tests only)"
+    backend = BACKENDS[name]
+    if backend.needs_gpu and not torch.cuda.is_available():
+        # Its cells ask for a GPU (Cell.gpus): whether the machines that run the jobs have
+        # one is asked when the run starts (suite/gpus.py); a cluster's submitting machine
+        # usually has none. TRITON_INTERPRET=1 is for the kernels' tests, not for training.
+        return
+    ok, why = backend.available()
     if not ok:
         raise SpecError(
             f"{source}: {KEY}.execution: backend {name!r} cannot run here: {why}; "

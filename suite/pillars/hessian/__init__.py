@@ -62,6 +62,18 @@ class HessianPillar(Pillar):
     spec_keys = ("hessian",)
     fork_cells = False  # records report peak_mem_mb, the job process's own (Pillar)
     columns = HESSIAN_COLUMNS
+    measured = (
+        "t_pattern_s",
+        "t_coloring_s",
+        "t_hvp_s",
+        "t_decompress_s",
+        "wall_s",
+        "dense_wall_s",
+        "speedup_vs_dense",
+        "peak_mem_mb",
+    )
+    job_mem_mb = 2000
+    cell_minutes = 5.0
     row_key = ("system", "n_atoms", "potential", "method", "trial")
     # a cell is one configuration; its trials (independent jobs) are what claims average over
     replicate = "trial"

@@ -45,6 +45,9 @@ class LMPruningPillar(Pillar):
     families = FAMILY
     spec_keys = ("lm_pruning",)
     columns = COLUMNS
+    measured = ("prune_s",)
+    job_mem_mb = 2000
+    cell_minutes = 10.0
     row_key = ("model", "method", "setting_id", "pattern", "target_sparsity", "seed")
     cell_axes = ("target_sparsity",)
     extra_method_names = (DENSE,)

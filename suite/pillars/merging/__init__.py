@@ -42,6 +42,9 @@ class MergingPillar(Pillar):
     spec_keys = ("merging",)
     fork_cells = False  # records report peak_mem_mb, the job process's own (Pillar)
     columns = COLUMNS
+    measured = ("merge_s", "select_s", "peak_mem_mb")
+    job_mem_mb = 3000
+    cell_minutes = 10.0
     row_key = ("model", "method", "setting_id", "seed")
     extra_method_names = ("zero_shot", "individual", "multitask")  # job.REFERENCES
     # None deterministic: density counts DARE's random drops and the nonzeros of trained task

@@ -33,6 +33,9 @@ class SAEPillar(Pillar):
     families = FAMILY
     spec_keys = ("sae",)
     columns = COLUMNS
+    measured = ("train_s",)
+    job_mem_mb = 3000
+    cell_minutes = 10.0
     row_key = ("activations", "width", "method", "setting_id", "seed")
     metrics = (
         Metric("fvu", "fraction", False, "fraction of variance unexplained on held-out tokens"),
