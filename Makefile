@@ -41,7 +41,7 @@ bench: $(STAMP)
 # CI runs too.
 test: $(STAMP)
 	$(COMPILE)
-	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal -m "not slow and not slurm"
+	$(VENV)/bin/python -m pytest -q -n auto --dist worksteal -m "not slow"
 
 test-slow: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile -m slow

@@ -13,8 +13,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-# Executors whose jobs run on this machine.
-LOCAL = ("local", "dryrun", "touch")
+# The executor whose jobs run on this machine (dry runs start nothing, so never ask).
+LOCAL = "local"
+# Node states (sinfo %t) in which a node takes no job: its GPUs do not count.
+UNUSABLE = ("down", "drain", "drng", "fail", "failg", "maint", "unk", "inval", "futr", "boot")
 
 
 def local_problem() -> str | None:
@@ -26,55 +28,75 @@ def local_problem() -> str | None:
     return "torch sees no CUDA GPU on this machine"
 
 
-def parse_gres(lines: str) -> list[str]:
-    """The GPU entries of ``sinfo -h -o '%P %G'`` output (one ``PARTITION GRES`` line per
-    partition and node group; GRES ``(null)`` when a node has none, else comma-separated
-    ``name[:type]:count[(S:...)]`` entries)."""
+def gpu_entries(gres: str) -> list[str]:
+    """The GPU entries of one ``sinfo`` GRES field: ``(null)`` when a node has none, else
+    comma-separated ``name[:type]:count[(S:...)]`` entries, a socket list possibly holding
+    commas of its own (``gpu:a100:4(S:0,2)``)."""
+    entries, depth, current = [], 0, ""
+    for ch in gres:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            entries.append(current)
+            current = ""
+        else:
+            current += ch
+    entries.append(current)
+    return [e.strip() for e in entries if e.strip().split(":", 1)[0] == "gpu"]
+
+
+def parse_sinfo(lines: str) -> list[str]:
+    """The usable GPU groups of ``sinfo -h -o '%P %a %t %G'`` output (one line per partition
+    and node state: PARTITION AVAIL STATE GRES): a partition that is ``up``, nodes that take
+    jobs (not down, drained, failing, ...) and a ``gpu`` GRES."""
     found = []
     for line in lines.splitlines():
-        parts = line.split(None, 1)
-        if len(parts) < 2:
+        parts = line.split(None, 3)
+        if len(parts) < 4:
             continue
-        for entry in parts[1].split(","):
-            if entry.strip().split(":", 1)[0] == "gpu":
-                found.append(f"{parts[0]} {entry.strip()}")
+        partition, avail, state, gres = parts
+        if avail != "up" or state.rstrip("*~#!%$@^-") in UNUSABLE:
+            continue
+        found += [f"{partition.rstrip('*')} {entry}" for entry in gpu_entries(gres)]
     return found
 
 
-def slurm_problem(timeout: float = 30) -> str | None:
-    """Why the SLURM cluster cannot run a GPU cell (None: a partition has GPU nodes)."""
+def slurm_problem(partition: str | None = None, timeout: float = 30) -> str | None:
+    """Why the SLURM cluster cannot run a GPU cell in ``partition`` (the jobs' partition;
+    None: the cluster's default, so any) -- None when an up partition has usable GPU nodes."""
     if shutil.which("sinfo") is None:
         return "sinfo is not installed here, so the cluster's GPUs cannot be listed"
+    cmd = ["sinfo", "-h", "-o", "%P %a %t %G"] + (["-p", partition] if partition else [])
     try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%P %G"], capture_output=True, text=True,
-                             timeout=timeout)  # fmt: skip
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"sinfo did not answer within {timeout:g} s"
     if out.returncode != 0:
         return f"sinfo failed: {out.stderr.strip() or out.returncode}"
-    if parse_gres(out.stdout):
+    if parse_sinfo(out.stdout):
         return None
+    where = f"partition {partition!r}" if partition else "the SLURM cluster"
     seen = sorted({line.strip() for line in out.stdout.splitlines() if line.strip()})
     return (
-        "the SLURM cluster has no GPU: no partition lists a gpu GRES "
-        f"(sinfo -o '%P %G': {'; '.join(seen) or 'no partitions'})"
+        f"{where} has no GPU a job can use: no up partition with nodes taking jobs lists a "
+        f"gpu GRES (sinfo -o '%P %a %t %G'{' -p ' + partition if partition else ''}: "
+        f"{'; '.join(seen) or 'nothing'})"
     )
 
 
-def problem(executor: str) -> str | None:
+def problem(executor: str, partition: str | None = None) -> str | None:
     """Why ``executor``'s machines cannot run a GPU cell, or None."""
-    if executor in LOCAL:
+    if executor == LOCAL:
         return local_problem()
     if executor == "slurm":
-        return slurm_problem()
+        return slurm_problem(partition)
     return None  # another cluster executor: its own scheduler says
 
 
-def refusal(executor: str, cells: list[str]) -> str | None:
+def refusal(executor: str, cells: list[str], partition: str | None = None) -> str | None:
     """The message that refuses a run whose ``cells`` (ids) need a GPU, or None."""
     if not cells:
         return None
-    why = problem(executor)
+    why = problem(executor, partition)
     if why is None:
         return None
     shown = ", ".join(cells[:5]) + (f" and {len(cells) - 5} more" if len(cells) > 5 else "")

@@ -2,7 +2,8 @@
 before a real cluster: munged, slurmctld and slurmd started by hand, no accounting.
 
 ``python -m sparsebench.suite.slurm_local up [--folder F]`` starts it (``make slurm-up``) and
-``down`` stops it (``make slurm-down``); tests use :func:`start` / :func:`stop`. Needs the
+``down`` stops it (``make slurm-down``: its jobs cancelled first, then the daemons it started,
+by their process ids); tests use :func:`start` / :func:`stop`. Needs the
 Debian packages ``slurmctld slurmd slurm-client munge`` and root (the daemons run as root and
 munged as the munge user).
 
@@ -85,7 +86,9 @@ def _munge_ok() -> bool:
         return False
 
 
-def _start_munge() -> None:
+def _start_munge(folder: Path) -> None:
+    """Start munged unless one answers; one started here is stopped again by :func:`stop`
+    (its process id goes to ``folder``/munged.pid)."""
     if _munge_ok():
         return
     key = Path("/etc/munge/munge.key")
@@ -102,6 +105,9 @@ def _start_munge() -> None:
     if started.returncode != 0:
         raise SlurmUnavailable(f"munged did not start: {started.stderr.strip()}")
     _wait(_munge_ok, 10, "munge -n | unmunge did not succeed")
+    pid = Path("/run/munge/munged.pid")
+    if pid.exists():
+        (folder / "munged.pid").write_text(pid.read_text())
 
 
 def config(folder: Path, cpus: int, memory_mb: int) -> str:
@@ -138,12 +144,13 @@ def _node_facts() -> tuple[int, int]:
 
 
 def start(folder: Path = DEFAULT_FOLDER, timeout: float = 60) -> LocalSlurm:
-    """Start munged (if needed), slurmctld and slurmd with the configuration written to
+    """Start munged (if none answers), slurmctld and slurmd with the configuration written to
     /etc/slurm/slurm.conf; returns once the node is idle.
 
     Raises:
-        SlurmUnavailable: a binary is missing, not root, a SLURM of the machine's own, or a
-            daemon that does not come up in ``timeout`` seconds (with the logs' tails).
+        SlurmUnavailable: a binary is missing, not root, a SLURM of the machine's own (or one
+            started from another folder that still answers), or a daemon that does not come
+            up in ``timeout`` seconds (with the logs' tails).
     """
     missing = [b for b in BINARIES if shutil.which(b) is None]
     if missing:
@@ -155,43 +162,100 @@ def start(folder: Path = DEFAULT_FOLDER, timeout: float = 60) -> LocalSlurm:
         raise SlurmUnavailable("the daemons are started as root, and this process is not")
     if CONF.exists() and MARK not in CONF.read_text(errors="replace"):
         raise SlurmUnavailable(f"{CONF} exists and is not ours: this machine has its own SLURM")
-    stop(folder)  # leftovers of an earlier run
-    for sub in ("state", "spool", "log"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    _start_munge()
-    cpus, memory = _node_facts()
-    CONF.parent.mkdir(parents=True, exist_ok=True)
-    CONF.write_text(config(folder, cpus, memory))
-    (CONF.parent / "cgroup.conf").write_text(f"{MARK}\nCgroupPlugin=cgroup/v1\n")
-    cluster = LocalSlurm(folder, cpus)
-    for cmd in (["slurmctld", "-c"], ["slurmd", "-N", "localhost"]):
-        done = _run(cmd)
-        if done.returncode != 0:
-            raise SlurmUnavailable(f"{cmd[0]} did not start: {done.stderr.strip()}\n"
-                                   f"{cluster.log_tail()}")  # fmt: skip
-        if cmd[0] == "slurmctld":
-            _wait(lambda: _run(["scontrol", "ping"]).returncode == 0, timeout,
-                  "slurmctld did not answer scontrol ping", cluster)  # fmt: skip
-    _wait(lambda: _run(["sinfo", "-h", "-N", "-o", "%t"]).stdout.strip() == "idle", timeout,
-          "the node did not become idle", cluster)  # fmt: skip
+    stop(folder)  # leftovers of an earlier run from this folder
+    cluster = LocalSlurm(folder, 0)
+    try:
+        if CONF.exists() and _answers(["scontrol", "ping"]):
+            raise SlurmUnavailable(
+                f"a SLURM controller already answers with {CONF} (started from another "
+                "folder: `make slurm-down` or its folder's stop); not starting a second"
+            )
+        for sub in ("state", "spool", "log"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        _start_munge(folder)
+        cluster.cpus, memory = _node_facts()
+        CONF.parent.mkdir(parents=True, exist_ok=True)
+        CONF.write_text(config(folder, cluster.cpus, memory))
+        (CONF.parent / "cgroup.conf").write_text(f"{MARK}\nCgroupPlugin=cgroup/v1\n")
+        for cmd in (["slurmctld", "-c"], ["slurmd", "-N", "localhost"]):
+            done = _run(cmd)
+            if done.returncode != 0:
+                raise SlurmUnavailable(f"{cmd[0]} did not start: {done.stderr.strip()}\n"
+                                       f"{cluster.log_tail()}")  # fmt: skip
+            if cmd[0] == "slurmctld":
+                _wait(lambda: _answers(["scontrol", "ping"]), timeout,
+                      "slurmctld did not answer scontrol ping", cluster)  # fmt: skip
+        _wait(lambda: _node_state() == "idle", timeout, "the node did not become idle", cluster)
+    except SlurmUnavailable:
+        stop(folder)
+        raise
+    except (OSError, subprocess.SubprocessError, KeyError, ValueError, LookupError) as e:
+        stop(folder)
+        raise SlurmUnavailable(f"{type(e).__name__}: {e}\n{cluster.log_tail()}") from e
     return cluster
 
 
+def _answers(cmd: list[str]) -> bool:
+    try:
+        return _run(cmd, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _node_state() -> str:
+    try:
+        return _run(["sinfo", "-h", "-N", "-o", "%t"], timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _ours(pid: int, name: str) -> bool:
+    """Whether process ``pid`` is still the daemon ``name`` (a pid file may outlive it, and
+    its number be another process's by now)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == name
+    except OSError:
+        return False
+
+
+def _cancel_jobs(timeout: float = 30) -> None:
+    """Cancel every job of the cluster and wait (at most ``timeout`` s) until none runs, so
+    that no job's processes outlive the daemons."""
+    try:
+        ids = _run(["squeue", "-h", "-o", "%i"], timeout=10).stdout.split()
+        if ids:
+            _run(["scancel", "--full", *ids], timeout=10)
+        end = time.monotonic() + timeout
+        while (
+            time.monotonic() < end and _run(["squeue", "-h", "-o", "%i"], timeout=10).stdout.strip()
+        ):
+            time.sleep(0.5)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
 def stop(folder: Path = DEFAULT_FOLDER) -> None:
-    """Stop the daemons started by :func:`start` (by the process ids in ``folder``) and remove
-    our /etc/slurm configuration; munged is left running (other users may share it)."""
-    for name in ("slurmd", "slurmctld"):
+    """Stop what :func:`start` started from ``folder``: cancel the cluster's jobs, then stop
+    slurmd, slurmctld and (if it was started here) munged by the process ids in ``folder``,
+    and remove our /etc/slurm configuration."""
+    ctld = folder / "slurmctld.pid"
+    if ctld.exists() and shutil.which("squeue"):
+        _cancel_jobs()
+    for name in ("slurmd", "slurmctld", "munged"):
         pid_file = folder / f"{name}.pid"
         try:
             pid = int(pid_file.read_text().strip())
         except (OSError, ValueError):
             continue
         try:
-            os.kill(pid, signal.SIGTERM)
-            for _ in range(40):
-                os.kill(pid, 0)
-                time.sleep(0.25)
-            os.kill(pid, signal.SIGKILL)
+            if _ours(pid, name):
+                os.kill(pid, signal.SIGTERM)
+                for _ in range(40):
+                    if not _ours(pid, name):
+                        break
+                    time.sleep(0.25)
+                else:
+                    os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         pid_file.unlink(missing_ok=True)

@@ -193,3 +193,21 @@ def test_configfile_and_unknown_config_keys_are_refused_with_the_safe_command(tm
     assert run.returncode != 0 and f"--config spec={tmp_path / 'tiny.yaml'}" in out
     run = _snakemake(tmp_path, "lr=3", "-n")  # one more KEY=VALUE after spec=
     assert run.returncode != 0 and "--config lr=...: unknown key" in run.stdout + run.stderr
+
+
+def test_a_gpu_cell_on_a_machine_without_one_is_refused_before_any_job(tmp_path):
+    """The run's start asks the executor's machines (here: this one) for the GPU its cells
+    need; nothing runs and no record is written."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    (tmp_path / "tiny.yaml").write_text(
+        "benchmark: tiny\nkernels:\n  shapes: [[16, 8]]\n  sparsities: [0.5]\n  batches: [2]\n"
+        "  backends: [torch_csr]\n  device: cuda\n  repeats: 3\n"
+    )
+    run = _snakemake(tmp_path, "--cores", "1")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert "1 cell(s) need a GPU (16x8/s0.5/b2), but torch sees no CUDA GPU on this machine" in out
+    assert not list(tmp_path.glob("results/tiny/kernels/runs/**/record.json"))

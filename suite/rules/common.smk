@@ -76,10 +76,23 @@ def _cores():
     return cores if isinstance(cores, int) else None
 
 
+def _job_slots():
+    """Jobs that may run at once: the local cores, or a cluster executor's `--jobs` (the SLURM
+    profile's 100), so that batches are split to fill the cluster as they fill the cores."""
+    if CORES is not None:
+        return CORES
+    try:
+        nodes = workflow.nodes
+    except Exception:
+        return None
+    return nodes if isinstance(nodes, int) and nodes > 0 else None
+
+
 SPEC_FILE = str(_spec_path())
 SPEC = _load_spec(SPEC_FILE)
 BENCH = SPEC.benchmark
 CORES = _cores()
+SLOTS = _job_slots()
 # The interpreter that runs Snakemake runs the jobs: `.venv/bin/snakemake` works without
 # activating the venv (a bare `sparsebench` would not be on PATH).
 # Under --software-deployment-method conda the rules' environment provides `python`.
@@ -106,11 +119,11 @@ if workflow.is_main_process:
         print(f"sparsebench: {_table} was not a readable table; rebuilding it", file=sys.stderr)
     # A report plans every cell's job, done or not, so that its job graph and runtime
     # statistics show the jobs that made the records (--report runs nothing).
-    BATCHES = batches(BENCH, CELLS, CORES, everything="--report" in sys.argv)
+    BATCHES = batches(BENCH, CELLS, SLOTS, everything="--report" in sys.argv)
     ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
     write_stale_markers(BENCH, BATCHES)  # inputs of the DAG: a dry run needs them too
 else:
-    BATCHES = load_plan(PLAN, CELLS) or batches(BENCH, CELLS, CORES)
+    BATCHES = load_plan(PLAN, CELLS) or batches(BENCH, CELLS, SLOTS)
     ARTEFACT_BATCHES = load_artefact_plan(PLAN, ARTEFACTS)
     if ARTEFACT_BATCHES is None:
         ARTEFACT_BATCHES = artefact_batches(ARTEFACTS)
@@ -130,9 +143,20 @@ def refuse_unplaceable_gpu_cells():
 
     needing = [c.id for bs in BATCHES.values() for b in bs if b.gpus for c in b.cells]
     plugin = workflow.executor_plugin
-    message = refusal(plugin.name if plugin is not None else "local", needing)
+    executor = plugin.name if plugin is not None else "local"
+    message = refusal(executor, needing, _default_resource("slurm_partition"))
     if message:
         sys.exit(message)
+
+
+def _default_resource(name):
+    """A `--default-resources NAME=VALUE` as given (the profile's), unquoted; None if not."""
+    args = getattr(workflow.resource_settings.default_resources, "args", None) or []
+    for arg in args:
+        key, _, value = str(arg).partition("=")
+        if key.strip() == name:
+            return value.strip().strip("'\"") or None
+    return None
 
 
 def save_run_plan():
@@ -183,7 +207,7 @@ CONDA_ENV = "../../envs/sparsebench.yaml"
 
 def parallel_jobs(threads):
     """Jobs of `threads` threads Snakemake can run at once (recorded next to wall-clock)."""
-    return max(1, CORES // threads) if CORES else 1
+    return max(1, SLOTS // threads) if SLOTS else 1
 
 
 def board_outputs(name):

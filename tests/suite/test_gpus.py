@@ -10,31 +10,53 @@ from sparsebench.suite import gpus
 from sparsebench.suite.pillar import get_pillar
 from sparsebench.suite.spec import validate
 
-# sinfo -h -o '%P %G' as Slurm 22.05 prints it: a CPU partition, a GPU one with typed GRES
-SINFO = "cpu* (null)\ngpu gpu:a100:4(S:0-1),shard:8\nbig tmpdisk:100\n"
+# sinfo -h -o '%P %a %t %G' as Slurm 22.05 prints it: a CPU partition, GPU nodes (typed GRES,
+# a socket list with a comma of its own) of which some are drained, and a partition that is down
+SINFO = """cpu* up idle (null)
+gpu up mix gpu:a100:4(S:0,2),shard:8
+gpu up drain gpu:2
+old down idle gpu:v100:1
+"""
 
 
 def test_gpu_entries_are_read_from_sinfos_gres_column():
-    assert gpus.parse_gres(SINFO) == ["gpu gpu:a100:4(S:0-1)"]
-    assert gpus.parse_gres("cpu* (null)\nbig tmpdisk:100,gpux:1\n\n") == []
+    assert gpus.gpu_entries("gpu:a100:4(S:0,2),shard:8") == ["gpu:a100:4(S:0,2)"]
+    assert gpus.gpu_entries("(null)") == [] and gpus.gpu_entries("tmpdisk:100,gpux:1") == []
+    assert gpus.gpu_entries("gpu:2,gpu:t4:1") == ["gpu:2", "gpu:t4:1"]
+    # only up partitions, and nodes that take jobs (not drained, down, ...)
+    assert gpus.parse_sinfo(SINFO) == ["gpu gpu:a100:4(S:0,2)"]
+    assert gpus.parse_sinfo("gpu up drain* gpu:2\ngpu up down~ gpu:2\n\n") == []
+    assert gpus.parse_sinfo("gpu* up idle gpu:2\n") == ["gpu gpu:2"]
 
 
-def test_a_cluster_without_gpus_is_named_with_what_sinfo_said(monkeypatch):
+def _sinfo(monkeypatch, stdout, code=0, stderr=""):
+    asked = []
+
     def fake(cmd, **kw):
-        return subprocess.CompletedProcess(cmd, 0, stdout="cpu* (null)\n", stderr="")
+        asked.append(cmd)
+        return subprocess.CompletedProcess(cmd, code, stdout=stdout, stderr=stderr)
 
     monkeypatch.setattr(gpus.shutil, "which", lambda name: "/usr/bin/" + name)
     monkeypatch.setattr(gpus.subprocess, "run", fake)
-    why = gpus.slurm_problem()
-    assert why == "the SLURM cluster has no GPU: no partition lists a gpu GRES " \
-        "(sinfo -o '%P %G': cpu* (null))"  # fmt: skip
-    message = gpus.refusal("slurm", [f"c{i}" for i in range(7)])
+    return asked
+
+
+def test_a_partition_without_usable_gpus_is_named_with_what_sinfo_said(monkeypatch):
+    asked = _sinfo(monkeypatch, "cpu up idle (null)\n")
+    why = gpus.slurm_problem("cpu")
+    assert asked[-1] == ["sinfo", "-h", "-o", "%P %a %t %G", "-p", "cpu"]  # the jobs' partition
+    assert why == (
+        "partition 'cpu' has no GPU a job can use: no up partition with nodes taking jobs lists "
+        "a gpu GRES (sinfo -o '%P %a %t %G' -p cpu: cpu up idle (null))"
+    )
+    message = gpus.refusal("slurm", [f"c{i}" for i in range(7)], "cpu")
     assert message.startswith("sparsebench: 7 cell(s) need a GPU (c0, c1, c2, c3, c4 and 2 more)")
     assert why in message and "nothing was started" in message
-    assert gpus.refusal("slurm", []) is None  # no GPU cell: nothing to ask
-
-    monkeypatch.setattr(gpus.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
-        cmd, 0, stdout=SINFO, stderr=""))  # fmt: skip
+    assert gpus.refusal("slurm", [], "cpu") is None  # no GPU cell: nothing to ask
+    # no partition named: the cluster's, every partition counts
+    _sinfo(monkeypatch, "gpu up drain gpu:2\n")
+    assert gpus.slurm_problem().startswith("the SLURM cluster has no GPU a job can use")
+    _sinfo(monkeypatch, SINFO)
     assert gpus.slurm_problem() is None and gpus.refusal("slurm", ["c0"]) is None
 
 
@@ -49,8 +71,7 @@ def test_sinfo_that_fails_or_is_missing_is_a_reason(monkeypatch):
     monkeypatch.setattr(gpus.subprocess, "run", hangs)
     assert gpus.slurm_problem(timeout=3) == "sinfo did not answer within 3 s"
     down = "slurm_load_partitions: Unable to contact slurm controller"
-    answer = subprocess.CompletedProcess(["sinfo"], 1, "", down)
-    monkeypatch.setattr(gpus.subprocess, "run", lambda cmd, **kw: answer)
+    _sinfo(monkeypatch, "", 1, down)
     assert gpus.slurm_problem() == f"sinfo failed: {down}"
 
 
@@ -61,7 +82,7 @@ def test_local_runs_ask_torch_and_other_executors_their_scheduler(monkeypatch):
     assert gpus.problem("local") == "torch sees no CUDA GPU on this machine"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert gpus.problem("local") is None
-    assert gpus.problem("kubernetes") is None
+    assert gpus.problem("kubernetes") is None  # another cluster's scheduler answers itself
 
 
 @pytest.mark.parametrize(
