@@ -159,8 +159,10 @@ def batches(
 ) -> dict[str, list[Batch]]:
     """The pending cells of every pillar (``cells``: pillar -> its cells) in batches: same
     pillar, batch key and threads, at most ``Pillar.batch_max`` cells, and split further, over
-    all pillars together, so that there are at least as many jobs as job slots (cores /
-    threads) when there are that many cells: no core idles for want of a job.
+    all pillars together, so that there are at least as many jobs as job slots (``cores``:
+    the local cores, or a cluster executor's ``--jobs``; divided by the threads) when there
+    are that many cells: no core, or node, idles for want of a job. Each batch carries its
+    cells' expected minutes (:func:`expected_minutes`) for a cluster's time limit.
 
     ``everything``: every cell, done or not (a report's job graph and statistics show the
     jobs that made every record; a report runs nothing)."""

@@ -206,7 +206,8 @@ CONDA_ENV = "../../envs/sparsebench.yaml"
 
 
 def parallel_jobs(threads):
-    """Jobs of `threads` threads Snakemake can run at once (recorded next to wall-clock)."""
+    """Jobs of `threads` threads Snakemake can run at once, locally or on a cluster (recorded
+    next to wall-clock)."""
     return max(1, SLOTS // threads) if SLOTS else 1
 
 
