@@ -78,14 +78,14 @@ def _cores():
 
 def _job_slots():
     """Jobs that may run at once: the local cores, or a cluster executor's `--jobs` (the SLURM
-    profile's 100), so that batches are split to fill the cluster as they fill the cores."""
-    if CORES is not None:
-        return CORES
+    profile's 100) where that is more (`sparsebench run` passes --cores to a profile's run
+    too), so that batches are split to fill the cluster as they fill the cores."""
     try:
         nodes = workflow.nodes
     except Exception:
-        return None
-    return nodes if isinstance(nodes, int) and nodes > 0 else None
+        nodes = None
+    given = [n for n in (CORES, nodes) if isinstance(n, int) and n > 0]
+    return max(given) if given else None
 
 
 SPEC_FILE = str(_spec_path())
