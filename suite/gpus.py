@@ -103,6 +103,6 @@ def refusal(executor: str, cells: list[str], partition: str | None = None) -> st
     return (
         f"sparsebench: {len(cells)} cell(s) need a GPU ({shown}), but {why}; nothing was "
         "started. Run them where there is one (a GPU partition: profiles/slurm's "
-        "slurm_partition), or use a CPU setting (kernels.device: cpu; classification "
-        "execution: cpu or dense_mask)"
+        "slurm_partition), or choose the CPU setting of their pillar's section "
+        "(`sparsebench validate SPEC` names the GPU cells)"
     )
