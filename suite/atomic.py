@@ -6,6 +6,7 @@ leaves the old file as it was and no temporary file behind.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 from collections.abc import Callable, Iterator
@@ -51,3 +52,12 @@ def write_atomic(
         else:
             with open(tmp, "xb") as f:
                 f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def sha256_of(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

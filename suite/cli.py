@@ -121,8 +121,30 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify(pillar: str, folder: Path) -> None:
+    """``--verify``: the fragments against the JSON records; exits non-zero naming the
+    records where they disagree."""
+    from sparsebench.suite import tables
+
+    found = tables.verify(pillar, folder)
+    bad = {k: v for k, v in found.items() if v}
+    if not bad:
+        print(f"{folder}: the fragments and the JSON records agree")
+        return
+    lines = [f"{folder}: the fragments and the JSON records do not agree:"]
+    what = {
+        "differ": "rows differ from the record",
+        "not_in_fragments": "record in no fragment",
+        "gone": "fragment row of a record that is gone",
+    }
+    for key, sources in bad.items():
+        lines.append(f"  {len(sources)} {what[key]}, e.g. {', '.join(sources[:3])}")
+    lines.append("  `sparsebench aggregate --full` rebuilds the table from the JSON records")
+    raise SystemExit("\n".join(lines))
+
+
 def _cmd_aggregate(args: argparse.Namespace) -> int:
-    from sparsebench.suite import paths, tables
+    from sparsebench.suite import fragments, paths, tables
     from sparsebench.suite.pillar import all_pillars
 
     bench = Path(args.bench_dir)
@@ -138,11 +160,16 @@ def _cmd_aggregate(args: argparse.Namespace) -> int:
 
             cells = get_pillar(name).cells(load(args.spec))
             records = [paths.record_in(folder, c.id) for c in cells]
-        else:
+        elif args.full or not fragments.manifest_of(folder).is_file():
             records = paths.find_records(folder)
+        else:
+            records = None  # the ones the manifest lists (no walk over the folder)
         table = paths.runs_table_in(folder)
-        runs = tables.aggregate(name, records, table)
-        print(f"wrote {table} ({runs.height} rows from {len(records)} records)")
+        if args.verify:
+            _verify(name, folder)
+        runs = tables.aggregate(name, records, table, incremental=not args.full)
+        n = runs.get_column("source").n_unique() if records is None else len(records)
+        print(f"wrote {table} ({runs.height} rows from {n} records)")
         if args.board:
             files = tables.write_board(name, table)
             print("\n".join(dict.fromkeys(str(f) for f in files.values())))
@@ -219,6 +246,14 @@ def _cmd_retry_failed(args: argparse.Namespace) -> int:
         print(f"{'would remove' if args.dry_run else 'removing'} [{status}] {path}")
         if not args.dry_run:
             path.unlink()
+    if not args.dry_run:  # a manifest line without a file: their rows leave the tables
+        from sparsebench.suite import fragments
+
+        for folder in folders.values():
+            gone = [p for p, _ in failed if p.is_relative_to(folder)]
+            if gone and fragments.manifest_of(folder).is_file():
+                sources = tuple(p.relative_to(folder).as_posix() for p in gone)
+                fragments.append(folder, fragments.Entry(None, None, 0, sources))
     if not args.dry_run:
         print("now run the same snakemake command again: only these cells rerun")
     return 0
@@ -568,6 +603,16 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--spec", help="only the records of this spec's cells (default: every one)")
     a.add_argument("--board", action="store_true", help="then write each pillar's board")
     a.add_argument("--summary", action="store_true", help="then write summary.md (3 rows each)")
+    a.add_argument(
+        "--full",
+        action="store_true",
+        help="read every JSON record (not the fragments): after editing records by hand",
+    )
+    a.add_argument(
+        "--verify",
+        action="store_true",
+        help="first check that the fragments agree with the JSON records (fails if not)",
+    )
     a.set_defaults(func=_cmd_aggregate)
 
     b = sub.add_parser("board", help="write one pillar's board from its runs.parquet")

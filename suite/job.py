@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from sparsebench.suite import paths
+from sparsebench.suite import fragments, paths
 from sparsebench.suite import record as rec
 from sparsebench.suite.pillar import Cell, Pillar
 
@@ -66,6 +66,7 @@ def confirm_deaths(records: Sequence[str | Path], since: float) -> list[Path]:
     import json
 
     changed = []
+    by_folder: dict[Path, tuple[str, list[Path]]] = {}
     for path in map(Path, records):
         try:
             if path.stat().st_mtime < since:
@@ -77,7 +78,25 @@ def confirm_deaths(records: Sequence[str | Path], since: float) -> list[Path]:
             data["error"] = DIED
             rec.write_json_atomic(path, data)
             changed.append(path)
+            folder = _pillar_folder_of(path, data.get("pillar"))
+            if folder is not None:
+                by_folder.setdefault(folder, (data["pillar"], []))[1].append(path)
+    for folder, (name, written) in by_folder.items():
+        from sparsebench.suite.pillar import all_pillars
+
+        if name in all_pillars():
+            fragments.write(all_pillars()[name], folder, written, "confirmed")
     return changed
+
+
+def _pillar_folder_of(record: Path, pillar: Any) -> Path | None:
+    """The pillar folder of a record file (``<pillar>/runs/<cell id>/record.json``)."""
+    if not isinstance(pillar, str):
+        return None
+    for folder in reversed(record.parents):
+        if folder.name == pillar and record.is_relative_to(folder / "runs"):
+            return folder
+    return None
 
 
 # The folder of the cell being run (its record's), for files a cell keeps beside its record
@@ -178,24 +197,53 @@ def run_batch(
     except Exception as e:  # noqa: BLE001
         traceback.print_exc(file=sys.stderr)
         state, prepare_error = None, f"{type(e).__name__} in set-up: {e}"
-    for i, cell in enumerate(cells, 1):
-        out = paths.record(spec.benchmark, pillar.name, cell.id, root)
-        if prepare_error is not None:
-            record = _failed(spec, pillar, cell, parallel_jobs, prepare_error)
-            rec.write_json_atomic(out, record)
-        else:
-            record = run_one(spec, pillar, cell, state, out, parallel_jobs)
-        records.append(record)
-        took = record.get("cell_s")
-        secs = f" in {took:.1f} s" if took is not None else ""
-        error = f": {record['error']}" if record["status"] != "ok" else ""
-        metric = _headline(pillar, record)
-        say(
-            f"[{i}/{len(cells)}] [{record['status']}] {pillar.name} {cell.label}{metric}{secs}"
-            f"{error}"
-        )
+    chunk = _Chunk(pillar, paths.pillar_dir(spec.benchmark, pillar.name, root))
+    try:
+        for i, cell in enumerate(cells, 1):
+            out = paths.record(spec.benchmark, pillar.name, cell.id, root)
+            if prepare_error is not None:
+                record = _failed(spec, pillar, cell, parallel_jobs, prepare_error)
+                rec.write_json_atomic(out, record)
+            else:
+                record = run_one(spec, pillar, cell, state, out, parallel_jobs)
+            records.append(record)
+            chunk.add(out)
+            _report(pillar, cell, record, i, len(cells), say)
+    finally:  # what finished is in a fragment even when the batch is stopped
+        chunk.flush()
     say(f"{len(cells)} cell(s) of {pillar.name} in {time.perf_counter() - t0:.1f} s")
     return records
+
+
+class _Chunk:
+    """The records a batch wrote since its last fragment: a fragment every :data:`FLUSH_S`
+    seconds and at the end, so that a long batch killed outright (no ``finally``) loses at most
+    that much of its fragments (its JSON records stand: a full aggregation reads them)."""
+
+    FLUSH_S = 30.0
+
+    def __init__(self, pillar: Pillar, folder: Path) -> None:
+        self.pillar, self.folder = pillar, folder
+        self.pending: list[Path] = []
+        self.since = time.monotonic()
+
+    def add(self, record: Path) -> None:
+        self.pending.append(record)
+        if time.monotonic() - self.since >= self.FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            fragments.write(self.pillar, self.folder, self.pending, self.pillar.name)
+        self.pending, self.since = [], time.monotonic()
+
+
+def _report(pillar: Pillar, cell: Cell, record: dict[str, Any], i: int, n: int, say) -> None:
+    took = record.get("cell_s")
+    secs = f" in {took:.1f} s" if took is not None else ""
+    error = f": {record['error']}" if record["status"] != "ok" else ""
+    metric = _headline(pillar, record)
+    say(f"[{i}/{n}] [{record['status']}] {pillar.name} {cell.label}{metric}{secs}{error}")
 
 
 def _headline(pillar: Pillar, record: dict[str, Any]) -> str:

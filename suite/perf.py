@@ -1,9 +1,12 @@
 """Benchmark scripts of the suite itself (not tests: they time things).
 
-``python -m sparsebench.suite.perf tables --from results/<bench>/<pillar> --records N``
-    clones the records of a pillar folder into N generated records (new seeds, so new cells)
-    in a temporary folder and times: a full aggregation, an incremental one with nothing new,
-    one after 1 % of the records changed, and every board from ``runs.parquet`` alone.
+``python -m sparsebench.suite.perf tables --from results/<bench> --records N``
+    clones the records of every pillar of a results folder into N generated records with their
+    fragments (new seeds, so new cells) in a temporary folder and times, per pillar: the
+    aggregation from the fragments against polars' own read of them, an incremental one with
+    nothing new and with 1,000 new records, every board from ``runs.parquet`` alone, and (up
+    to ``--json-limit`` records) the full aggregation from JSON against polars reading the
+    same files.
 
 ``python -m sparsebench.suite.perf startup [--cores C]``
     ``sparsebench run`` on a one-cell spec in a new folder (with the warm job server and
@@ -37,39 +40,113 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
-def tables(source: Path, n: int, keep: bool = False) -> dict[str, float]:
-    """Generate ``n`` records from the records under ``source`` (a pillar folder) and time
-    aggregation and boards. Returns the seconds of each step."""
-    from sparsebench.suite.pillar import get_pillar
-    from sparsebench.suite.record import write_json_atomic
-    from sparsebench.suite.tables import aggregate, write_board
+def _templates(source: Path) -> dict[str, list[dict]]:
+    """Pillar -> its records under ``source`` (a results folder, or one pillar's folder)."""
+    folders = paths.pillar_folders(source) or {source.name: source}
+    out = {}
+    for name, folder in folders.items():
+        recs = [json.loads(p.read_text()) for p in paths.find_records(folder)]
+        if recs:
+            out[name] = recs
+    if not out:
+        raise SystemExit(f"no records under {source}; run a benchmark first (make bench)")
+    return out
 
-    templates = [json.loads(p.read_text()) for p in paths.find_records(source)]
-    if not templates:
-        raise SystemExit(f"no records under {source}/runs; run a benchmark first")
+
+def _generate(templates: list[dict], folder: Path, start: int, n: int, chunk: int) -> None:
+    """``n`` records cloned from ``templates`` (new cell ids and seeds) under ``folder``, with
+    one fragment per ``chunk`` records, as the suite's jobs write them."""
+    from sparsebench.suite import fragments
+    from sparsebench.suite.pillar import get_pillar
+
     pillar = get_pillar(templates[0]["pillar"])
-    tmp = Path(tempfile.mkdtemp(prefix="sparsebench-perf-"))
-    folder = tmp / pillar.name
-    t0 = time.perf_counter()
-    for i in range(n):
+    pending: list[Path] = []
+    for i in range(start, start + n):
         rec = dict(templates[i % len(templates)])
         copy = i // len(templates)
         rec["cell_id"] = f"{rec['cell_id']}/copy{copy}"
         if rec.get("seed") is not None:
             rec["seed"] = rec["seed"] + 1000 * copy
-        write_json_atomic(paths.record_in(folder, rec["cell_id"]), rec)
-    gen = time.perf_counter() - t0
-    records = paths.find_records(folder)
+        path = paths.record_in(folder, rec["cell_id"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec, indent=2, sort_keys=True))  # no fsync: generated data
+        pending.append(path)
+        if len(pending) == chunk:
+            fragments.write(pillar, folder, pending, "perf")
+            pending = []
+    if pending:
+        fragments.write(pillar, folder, pending, "perf")
+
+
+def _time_pillar(
+    recs: list[dict], folder: Path, n: int, added: int, chunk: int, json: bool
+) -> dict[str, float]:
+    """The timings of :func:`tables` for one pillar's generated folder."""
+    import polars as pl
+
+    from sparsebench.suite import fragments
+    from sparsebench.suite.pillar import get_pillar
+    from sparsebench.suite.tables import aggregate, cache_path, write_board
+
+    pillar = get_pillar(recs[0]["pillar"])
     table = paths.runs_table_in(folder)
-    out = {"generate_s": gen}
-    runs, out["aggregate_full_s"] = _timed(lambda: aggregate(pillar, records, table, False))
-    _, out["aggregate_nothing_new_s"] = _timed(lambda: aggregate(pillar, records, table))
-    for p in records[::100]:  # 1 % of the records change
-        p.write_text(p.read_text().replace('"status": "ok"', '"status": "ok" '))
-    _, out["aggregate_1pct_changed_s"] = _timed(lambda: aggregate(pillar, records, table))
-    _, out["find_records_s"] = _timed(lambda: paths.find_records(folder))
-    _, out["board_s"] = _timed(lambda: write_board(pillar, table))
-    out["rows"] = runs.height
+    files = [fragments.folder_of(folder) / e.file for e in fragments.read(folder).entries]
+    row: dict[str, float] = {"records": n}
+    # a process's first validation imports every method (torch with them): once per process,
+    # not a cost of the table's size
+    _, row["import_methods_s"] = _timed(pillar.method_names)
+
+    def polars_fragments() -> pl.DataFrame:
+        return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+
+    _, row["polars_read_fragments_s"] = _timed(polars_fragments)
+    runs, row["aggregate_fragments_s"] = _timed(lambda: aggregate(pillar, None, table))
+    row["rows"] = runs.height
+    _, row["aggregate_nothing_new_s"] = _timed(lambda: aggregate(pillar, None, table))
+    _generate(recs, folder, n, added, chunk)
+    _, row["aggregate_1000_new_s"] = _timed(lambda: aggregate(pillar, None, table))
+    _, row["board_s"] = _timed(lambda: write_board(pillar, table))
+    if json:
+        records = paths.find_records(folder)
+
+        def polars_json() -> pl.DataFrame:
+            return pl.concat([pl.read_json(p) for p in records], how="diagonal_relaxed")
+
+        _, row["polars_read_json_s"] = _timed(polars_json)
+        cache_path(table).unlink()
+        _, row["aggregate_full_json_s"] = _timed(
+            lambda: aggregate(pillar, records, table, incremental=False)
+        )
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+
+
+def tables(
+    source: Path, n: int, keep: bool = False, chunk: int = 100, json_limit: int = 100_000
+) -> dict[str, object]:
+    """Generate ``n`` records (shared evenly by the pillars found under ``source``, cloned from
+    their records) with their fragments (one per ``chunk`` records, as a job writes them), and
+    time, per pillar: the aggregation from the fragments without a cache (and polars' own read
+    of the same fragment files), an incremental one with nothing new, one after 1,000 new
+    records (shared by the pillars), the board from ``runs.parquet`` alone; and, up to
+    ``json_limit`` records, the full aggregation from the JSON records against polars reading
+    the same JSON files. Returns the seconds of each step, per pillar and summed."""
+    found = _templates(source)
+    tmp = Path(tempfile.mkdtemp(prefix="sparsebench-perf-"))
+    share = {name: n // len(found) + (i < n % len(found)) for i, name in enumerate(found)}
+    added = {name: 1000 // len(found) + (i < 1000 % len(found)) for i, name in enumerate(found)}
+    out: dict[str, object] = {"records": n, "pillars": {}}
+    t0 = time.perf_counter()
+    for name, recs in found.items():
+        _generate(recs, tmp / name, 0, share[name], chunk)
+    out["generate_s"] = round(time.perf_counter() - t0, 1)
+    sums: dict[str, float] = {}
+    for name, recs in found.items():
+        row = _time_pillar(recs, tmp / name, share[name], added[name], chunk, n <= json_limit)
+        out["pillars"][name] = row
+        for k, v in row.items():
+            if k.endswith("_s"):
+                sums[k] = round(sums.get(k, 0.0) + v, 3)
+    out["all_pillars"] = sums
     if not keep:
         shutil.rmtree(tmp)
     else:
@@ -200,8 +277,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sparsebench.suite.perf", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tables", help="time aggregation and boards on generated records")
-    t.add_argument("--from", dest="source", required=True, help="a pillar folder with records")
-    t.add_argument("--records", type=int, default=100_000)
+    t.add_argument(
+        "--from", dest="source", required=True, help="a results folder (or a pillar folder)"
+    )
+    t.add_argument("--records", type=int, default=100_000, help="records in all (default 100,000)")
+    t.add_argument("--chunk", type=int, default=100, help="records per fragment (default 100)")
+    t.add_argument(
+        "--json-limit",
+        type=int,
+        default=100_000,
+        help="time the full aggregation from JSON only up to this many records",
+    )
     t.add_argument("--keep", action="store_true", help="keep the generated folder")
     st = sub.add_parser("startup", help="a one-cell run and a no-op rerun vs the cell's time")
     st.add_argument("--cores", type=int, default=2)
@@ -219,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--since", type=float, default=0.0, help="Unix time the run started")
     args = p.parse_args(argv)
     if args.cmd == "tables":
-        result = tables(Path(args.source), args.records, args.keep)
+        result = tables(Path(args.source), args.records, args.keep, args.chunk, args.json_limit)
     elif args.cmd == "startup":
         if args.repeat < 1:
             p.error(f"--repeat {args.repeat}: give 1 or more samples")

@@ -385,6 +385,14 @@ class Pillar:
         module = self._module("table")
         return {**pillar_problems(self), **getattr(module, "ROW_PROBLEMS", {})}
 
+    def side_tables(self) -> dict[str, Any]:
+        """Name -> ``rows -> frame``: tables the board derives from heavy columns (JSON text
+        of curves, per-task results), made by the aggregation for the rows it reads and kept
+        beside ``runs.parquet`` (:func:`sparsebench.suite.tables.side_table`), so that a board
+        over a million rows parses none of them. Each function gets runs rows (with their
+        ``source``) and returns a frame with a ``source`` column. Default: none."""
+        return {}
+
     def board(self, runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
         """Write ``leaderboard.{md,csv,json}`` and :attr:`plots` into ``out_dir`` (default:
         ``board.write_leaderboard``)."""

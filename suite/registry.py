@@ -115,10 +115,15 @@ def _source_of(cls: type) -> str:
     return ""
 
 
+_discovered: dict[str, list[str]] = {}  # package -> its registering modules, imported
+
+
 def discover(package: str) -> list[str]:
     """Import every module of ``package`` that registers a method (its text holds
     ``@register(``), in file-name order; return their names. Modules that only help (shared
     math, a training loop) are not imported: a listing does not pay for their imports."""
+    if package in _discovered:  # a board asks for every method's source, row by row
+        return _discovered[package]
     spec = importlib.util.find_spec(package)
     if spec is None or spec.submodule_search_locations is None:
         raise RegistryError(f"method package {package!r} is not an importable package")
@@ -133,6 +138,7 @@ def discover(package: str) -> list[str]:
         if mod not in _imported:
             importlib.import_module(mod)
             _imported.add(mod)
+    _discovered[package] = found
     return found
 
 

@@ -12,6 +12,7 @@ function of ``runs.parquet`` alone (:func:`write_boards`).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from sparsebench.suite.record import COMMON_COLUMNS
 
 # Bookkeeping columns of the incremental rebuild (not record keys).
 SOURCE, MTIME, SIZE, INODE = "source", "source_mtime_ns", "source_size", "source_inode"
+FRAGMENT = "source_fragment"  # the fragment a row was read from; null: from its JSON record
 STAT_KEY = [SOURCE, MTIME, SIZE, INODE]
 
 
@@ -87,15 +89,16 @@ def _extra_series(name: str, values: list[Any]) -> pl.Series:
         return pl.Series(name, text, dtype=pl.String())
 
 
-def read_records(paths_: Sequence[Path]) -> list[dict[str, Any]]:
+def read_records(paths_: Sequence[str | Path]) -> list[dict[str, Any]]:
     """The JSON objects of ``paths_``; TableError naming a file that is unreadable or not an
     object."""
     out = []
+    loads = json.loads
     for path in paths_:
         try:
-            with open(path) as f:
-                rec = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
+            with open(path, "rb") as f:
+                rec = loads(f.read())
+        except (OSError, ValueError) as e:
             raise TableError(f"cannot read record {path}: {e}") from None
         if not isinstance(rec, dict):
             raise TableError(f"record {path} is not a JSON object but {type(rec).__name__}")
@@ -107,109 +110,395 @@ def columns_of(pillar: Pillar) -> dict[str, type]:
     return {**COMMON_COLUMNS, **pillar.columns}
 
 
-def collect(pillar: Pillar, paths_: Iterable[Path], root: Path | None = None) -> pl.DataFrame:
+# The value types each column type takes as they are (anything else goes through _convert,
+# which converts what it safely can and names the record of what it cannot).
+_PLAIN: dict[type, frozenset[type]] = {
+    float: frozenset({type(None), float, int}),
+    int: frozenset({type(None), int}),
+    bool: frozenset({type(None), bool}),
+    str: frozenset({type(None), str}),
+}
+
+
+def _typed(name: str, py_type: type, values: list[Any], row_paths: Sequence[str]) -> pl.Series:
+    """A declared column: the values as they are when their types fit, else each converted
+    (:func:`_convert`) so that a mistyped value names its record."""
+    if not set(map(type, values)) <= _PLAIN.get(py_type, frozenset({type(None), py_type})):
+        values = [_convert(v, py_type, name, p) for v, p in zip(values, row_paths)]
+    return pl.Series(name, values, dtype=polars_dtype(py_type), strict=True)
+
+
+def _rel(path: str | Path, root: str) -> str:
+    """``path`` relative to ``root`` as a POSIX string (plain string work: a million records
+    would otherwise make a million Path objects)."""
+    s = os.fspath(path)
+    if s.startswith(root):
+        return s[len(root) :]
+    return Path(s).relative_to(root.rstrip("/")).as_posix()
+
+
+def collect(
+    pillar: Pillar, paths_: Iterable[str | Path], root: str | Path | None = None
+) -> pl.DataFrame:
     """Read records into one frame (a record may give several rows, :meth:`Pillar.table_rows`).
 
     Declared columns come first, in order, with explicit dtypes (so a column that is null in
     every record still has its type); other keys follow sorted by name. With ``root``, the
-    ``source``/``source_mtime_ns``/``source_size`` bookkeeping columns are added (paths
-    relative to ``root``). Raises TableError for an unreadable or mistyped record.
+    ``source``/``source_mtime_ns``/``source_size``/``source_inode`` bookkeeping columns are
+    added (paths relative to ``root``). Raises TableError for an unreadable or mistyped record.
     """
-    paths_ = [Path(p) for p in paths_]
+    paths_ = [os.fspath(p) for p in paths_]
     rows: list[dict[str, Any]] = []
-    row_paths: list[Path] = []
+    row_paths: list[str] = []
     # stat before reading: a record rewritten meanwhile then looks changed next time
-    stats = [p.stat() for p in paths_] if root is not None else [None] * len(paths_)
+    stats = [os.stat(p) for p in paths_] if root is not None else [None] * len(paths_)
+    prefix = os.fspath(root).rstrip("/") + "/" if root is not None else ""
+    table_rows = pillar.table_rows
     for path, st, rec in zip(paths_, stats, read_records(paths_)):
-        for row in pillar.table_rows(rec):
+        for row in table_rows(rec):
             if st is not None:
-                row = {**row, SOURCE: path.relative_to(root).as_posix(), MTIME: st.st_mtime_ns,
+                row = {**row, SOURCE: _rel(path, prefix), MTIME: st.st_mtime_ns,
                        SIZE: st.st_size, INODE: st.st_ino}  # fmt: skip
             rows.append(row)
             row_paths.append(path)
     declared = columns_of(pillar)
-    series = [
-        pl.Series(
-            c,
-            [_convert(r.get(c), t, c, p) for r, p in zip(rows, row_paths)],
-            dtype=polars_dtype(t),
-            strict=True,
-        )
-        for c, t in declared.items()
-    ]
+    series = [_typed(c, t, [r.get(c) for r in rows], row_paths) for c, t in declared.items()]
     extras = sorted({k for r in rows for k in r} - declared.keys())
     series += [_extra_series(c, [r.get(c) for r in rows]) for c in extras]
     return pl.DataFrame(series)
 
 
 def aggregate(
-    pillar: Pillar | str, records: Iterable[Path], out_parquet: Path, incremental: bool = True
+    pillar: Pillar | str,
+    records: Iterable[str | Path] | None,
+    out_parquet: Path,
+    incremental: bool = True,
 ) -> pl.DataFrame:
-    """Validate ``records`` as the pillar's runs table and write ``out_parquet``; return it.
+    """Validate the pillar's records as its runs table and write ``out_parquet``; return it.
+
+    Rows come from the pillar's fragments (:mod:`sparsebench.suite.fragments`) where the
+    manifest lists them, and from the JSON records otherwise: records no fragment holds, those
+    of a fragment that is missing or whose bytes changed. ``records`` is the list of record
+    files the table holds (the spec's: rows of other records leave it, a listed record that no
+    fragment holds is read); None means every record the manifest lists (without a manifest,
+    or in a full aggregation: every record found under the folder).
 
     With ``incremental`` and a previous table (its hidden cache, :func:`cache_path`), only
-    records whose (size, mtime, inode) changed are read again; atomic rewrites change the
-    inode. Raises :class:`TableError` if there are no records, one is
-    unreadable or mistyped, or the table fails the pillar's schema (the message names the row,
-    its record file, the column and the check); nothing is written then.
+    manifest lines appended since are read, and of the rows read from JSON only those whose
+    record's (size, mtime, inode) changed are read again (atomic rewrites change the inode);
+    rows from fragments are trusted (the suite writes a fragment line for every record it
+    writes). A full aggregation (``incremental=False``) reads every record's JSON and no
+    fragment: what a record edited by hand needs, and what :func:`verify` compares.
+    Raises :class:`TableError` if there are no records, one is unreadable or mistyped, or the
+    table fails the pillar's schema (the message names the row, its record file, the column
+    and the check); nothing is written then.
     """
+    from sparsebench.suite import fragments
+
     pillar = get_pillar(pillar) if isinstance(pillar, str) else pillar
     out_parquet = Path(out_parquet)
     root = out_parquet.parent
-    paths_ = [Path(p) for p in records]
-    if not paths_:
+    prefix = os.fspath(root).rstrip("/") + "/"
+    cache = cache_path(out_parquet)
+    old = _read_previous(cache) if incremental else None
+    state = _read_state(cache) if old is not None else None
+    tail = fragments.read(root, state["offset"], state.get("head")) if state else None
+    if old is not None and tail is None:  # no state, or another manifest: trust no fragment row
+        old = old.filter(pl.col(FRAGMENT).is_null()) if FRAGMENT in old.columns else old
+        tail = fragments.read(root)
+    elif old is None:
+        tail = fragments.read(root)
+    if records is None and (tail is None or not incremental) and old is None:
+        records = paths.find_records(root)  # the folder is the list
+    expected = None if records is None else [_rel(p, prefix) for p in records]
+    if expected is not None and not expected:
         raise TableError(
             f"no {pillar.name} records to aggregate under {root}; run the benchmark first "
             "(`sparsebench run SPEC`)"
         )
-    rel = {p.relative_to(root).as_posix(): p for p in paths_}
-    cache = cache_path(out_parquet)
-    old = _read_previous(cache) if incremental else None
-    keep = pl.DataFrame()
-    todo = list(paths_)
+
+    # Manifest lines: the last line naming a record decides its rows.
+    # A full aggregation reads every record's JSON (the source of truth) and no fragment.
+    entries = tail.entries if tail is not None and incremental else []
+    last: dict[str, int] = {}
+    for i, e in enumerate(entries):
+        for s in e.sources:
+            last[s] = i
+    wanted = None if expected is None else set(expected)
+    parts: list[pl.DataFrame] = []
+    from_json: list[str] = []
+    for i, e in enumerate(entries):
+        mine = [s for s in e.sources if last[s] == i and (wanted is None or s in wanted)]
+        if not mine:
+            continue
+        frame = _fragment(root, e)
+        if frame is None:
+            from_json += mine
+            continue
+        if len(mine) < len(set(e.sources)):
+            frame = frame.filter(pl.col(SOURCE).is_in(mine))
+        parts.append(frame.with_columns(pl.lit(e.file, pl.String).alias(FRAGMENT)))
+    covered = set(last)
+
+    keep = old
     if old is not None:
-        stats = {}
-        for k, p in rel.items():
-            try:
-                stats[k] = p.stat()
-            except FileNotFoundError:
-                raise TableError(f"record {p} is missing; run the benchmark first") from None
-        current = pl.DataFrame(
-            {
-                SOURCE: list(stats),
-                MTIME: [s.st_mtime_ns for s in stats.values()],
-                SIZE: [s.st_size for s in stats.values()],
-                INODE: [s.st_ino for s in stats.values()],
-            },
-            schema={SOURCE: pl.String, MTIME: pl.Int64, SIZE: pl.Int64, INODE: pl.Int64},
+        if FRAGMENT not in old.columns:
+            old = old.with_columns(pl.lit(None, pl.String).alias(FRAGMENT))
+        keep = old.filter(~pl.col(SOURCE).is_in(list(covered))) if covered else old
+        if wanted is not None:
+            keep = keep.filter(pl.col(SOURCE).is_in(expected))
+        # rows read from JSON: read again those whose record changed (or is gone)
+        jrows = keep.filter(pl.col(FRAGMENT).is_null())
+        if jrows.height:
+            changed = _changed(root, jrows)
+            if changed:
+                keep = keep.filter(~pl.col(SOURCE).is_in(changed))
+                from_json += [s for s in changed if wanted is not None or _exists(root, s)]
+        have = set(keep.get_column(SOURCE).unique().to_list()) | covered
+    else:
+        have = covered
+    if expected is not None:
+        from_json += [s for s in dict.fromkeys(expected) if s not in have]
+    from_json = list(dict.fromkeys(from_json))
+    if from_json:
+        missing = [s for s in from_json if not _exists(root, s)]
+        if missing and expected is None:  # removed since its line (retry-failed): gone
+            gone = set(missing)
+            from_json = [s for s in from_json if s not in gone]
+        elif missing:
+            raise TableError(
+                f"record {root / missing[0]} is missing; run the benchmark first"
+                + (f" ({len(missing)} records missing)" if len(missing) > 1 else "")
+            )
+    if from_json:
+        parts.append(
+            collect(pillar, [prefix + s for s in from_json], root).with_columns(
+                pl.lit(None, pl.String).alias(FRAGMENT)
+            )
         )
-        keep = old.join(current, on=STAT_KEY, how="semi")
-        done = set(keep.get_column(SOURCE).unique().to_list())
-        todo = [p for k, p in rel.items() if k not in done]
-    if old is not None and not todo and keep.height == old.height:
+    if old is not None and not parts and keep is not None and keep.height == old.height:
         _publish(cache, out_parquet)  # nothing new, changed or removed: the table stands
+        _write_state(cache, tail)
         return old
-    new = collect(pillar, todo, root) if todo else None
+    new = pl.concat(parts, how="diagonal_relaxed") if parts else None
+    if new is None and (keep is None or keep.height == 0):
+        raise TableError(
+            f"no {pillar.name} records to aggregate under {root}; run the benchmark first "
+            "(`sparsebench run SPEC`)"
+        )
     if new is None:
         runs = keep
-    elif keep.height:
+    elif keep is not None and keep.height:
         runs = pl.concat([keep, new], how="diagonal_relaxed")
     else:
         runs = new
     runs = runs.sort(SOURCE, maintain_order=True)
-    from sparsebench.suite.schemas import validate_table  # pandera: only where a table is made
-
-    validate_table(
-        runs,
-        pillar.table,
-        sources=[f"{root}/{s}" for s in runs.get_column(SOURCE).to_list()],
-        table=f"{pillar.name} runs",
-        ident=pillar.row_key,
-        problems=pillar.row_problems(),
-    )
+    _validate(pillar, root, runs, new)
+    _write_sides(pillar, out_parquet, runs, keep if old is not None else None, new)
     write_atomic(cache, runs.write_parquet)
+    _write_state(cache, tail)
     _publish(cache, out_parquet)
     return runs
+
+
+def side_path(out_parquet: Path, name: str) -> Path:
+    """Where the side table ``name`` (:meth:`Pillar.side_tables`) of a runs table is kept."""
+    out_parquet = Path(out_parquet)
+    return out_parquet.with_name(f".{out_parquet.stem}.{name}.parquet")
+
+
+FINGERPRINT = "_runs_fingerprint"
+
+
+def fingerprint(runs: pl.DataFrame) -> int:
+    """A number that changes with the set of rows of a runs table (their record and its
+    stat): a side table made with another table is not used."""
+    cols = [c for c in (*STAT_KEY, FRAGMENT) if c in runs.columns]
+    if SOURCE not in runs.columns or runs.is_empty():
+        return 0
+    total = runs.select(pl.struct(cols).hash(seed=7).sum()).item()  # u64, wrapping
+    return (int(total) ^ runs.height) & 0xFFFF_FFFF_FFFF_FFFF
+
+
+def _write_sides(
+    pillar: Pillar,
+    out_parquet: Path,
+    runs: pl.DataFrame,
+    keep: pl.DataFrame | None,
+    new: pl.DataFrame | None,
+) -> None:
+    """Each side table: the previous one's rows of the records kept, and the new rows'."""
+    sides = pillar.side_tables()
+    if not sides:
+        return
+    mark = {FINGERPRINT: str(fingerprint(runs))}  # in the file's metadata: empty tables too
+    for name, fn in sides.items():
+        path = side_path(out_parquet, name)
+        old = None
+        if keep is not None and path.is_file():
+            try:
+                old = pl.read_parquet(path, glob=False)
+            except (OSError, pl.exceptions.PolarsError):
+                old = None
+        if old is None:
+            frame = fn(runs)
+        else:
+            kept = old.filter(pl.col(SOURCE).is_in(keep.get_column(SOURCE).unique().to_list()))
+            parts = [kept] + ([fn(new)] if new is not None and new.height else [])
+            frame = pl.concat(parts, how="diagonal_relaxed")
+            # the runs table's order (by record), each record's rows in their own order
+            frame = frame.sort(SOURCE, maintain_order=True)
+        write_atomic(path, lambda p, frame=frame: frame.write_parquet(p, metadata=mark))
+
+
+def side_table(folder: Path, name: str, runs: pl.DataFrame) -> pl.DataFrame | None:
+    """The side table ``name`` kept beside ``folder``'s ``runs.parquet`` when it was made with
+    ``runs`` (the same rows), else None: the caller derives it from ``runs`` itself."""
+    path = side_path(paths.runs_table_in(folder), name)
+    if SOURCE not in runs.columns or not path.is_file():
+        return None
+    try:
+        made_with = pl.read_parquet_metadata(path).get(FINGERPRINT)
+        if made_with != str(fingerprint(runs)):
+            return None
+        return pl.read_parquet(path, glob=False)
+    except (OSError, pl.exceptions.PolarsError):
+        return None
+
+
+def verify(pillar: Pillar | str, pillar_folder: Path) -> dict[str, list[str]]:
+    """Compare the rows the manifest's fragments give with those the JSON records give, record
+    by record (every column but the bookkeeping ones). Returns ``differ`` (the two disagree),
+    ``not_in_fragments`` (a record no readable fragment holds) and ``gone`` (a fragment's
+    record that no longer exists), each a list of sources (relative to the folder)."""
+    from sparsebench.suite import fragments
+
+    pillar = get_pillar(pillar) if isinstance(pillar, str) else pillar
+    root = Path(pillar_folder)
+    prefix = os.fspath(root).rstrip("/") + "/"
+    tail = fragments.read(root)
+    entries = tail.entries if tail is not None else []
+    last = {s: i for i, e in enumerate(entries) for s in e.sources}
+    parts = []
+    for i, e in enumerate(entries):
+        mine = [s for s in e.sources if last[s] == i]
+        frame = _fragment(root, e) if mine else None
+        if frame is not None:
+            parts.append(frame.filter(pl.col(SOURCE).is_in(mine)))
+    on_disk = [_rel(p, prefix) for p in paths.find_records(root)]
+    held = {s for part in parts for s in part.get_column(SOURCE).to_list()}
+    exists = set(on_disk)
+    both = [s for s in on_disk if s in held]
+    truth = collect(pillar, [prefix + s for s in both], root) if both else pl.DataFrame()
+    differ: list[str] = []
+    if both:
+        wanted = set(both)
+        skip = {*STAT_KEY, FRAGMENT}
+
+        def rows_of(frames: Sequence[pl.DataFrame]) -> dict[str, list[dict[str, Any]]]:
+            out: dict[str, list[dict[str, Any]]] = {}
+            for frame in frames:  # each as typed when written: a concat would widen dtypes
+                for row in frame.filter(pl.col(SOURCE).is_in(both)).iter_rows(named=True):
+                    out.setdefault(row[SOURCE], []).append(
+                        {k: _plain(v) for k, v in row.items() if v is not None and k not in skip}
+                    )
+            return out
+
+        a, b = rows_of(parts), rows_of([truth])
+        differ = [s for s in both if s in wanted and a.get(s) != b.get(s)]
+    return {
+        "differ": differ,
+        "not_in_fragments": [s for s in on_disk if s not in held],
+        "gone": sorted(held - exists),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """A value as compared by :func:`verify`: numbers as floats (a column's dtype may differ
+    between two frames of the same records), the rest as is."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _validate(pillar: Pillar, root: Path, runs: pl.DataFrame, new: pl.DataFrame | None) -> None:
+    """The pillar's schema on the rows read now (its checks are row by row), then uniqueness
+    over the whole table; a duplicate validates the whole table for the full message."""
+    from sparsebench.suite.schemas import validate_table  # pandera: only where a table is made
+
+    def full(frame: pl.DataFrame) -> None:
+        validate_table(
+            frame,
+            pillar.table,
+            sources=[f"{root}/{s}" for s in frame.get_column(SOURCE).to_list()],
+            table=f"{pillar.name} runs",
+            ident=pillar.row_key,
+            problems=pillar.row_problems(),
+        )
+
+    if new is not None and new.height < runs.height:
+        full(new.sort(SOURCE, maintain_order=True))
+        key = [c for c in ("cell_id", *pillar.row_key) if c in runs.columns]
+        if runs.select(pl.struct(key).is_duplicated().any()).item():
+            full(runs)
+    else:
+        full(runs)
+
+
+def _fragment(root: Path, entry) -> pl.DataFrame | None:
+    """A manifest line's rows, or None when they must come from JSON (no file, the file is
+    missing, or its bytes differ from the digest the line recorded)."""
+    from sparsebench.suite import fragments
+
+    if not entry.file:
+        return None
+    path = fragments.folder_of(root) / entry.file
+    try:
+        if fragments.digest(path) != entry.sha256:
+            return None
+        return pl.read_parquet(path, glob=False)
+    except (OSError, pl.exceptions.PolarsError):
+        return None
+
+
+def _exists(root: Path, source: str) -> bool:
+    return os.path.isfile(os.path.join(root, source))
+
+
+def _changed(root: Path, rows: pl.DataFrame) -> list[str]:
+    """Sources among ``rows`` whose record's (mtime, size, inode) differ from the row's, or
+    whose record is gone."""
+    out = []
+    base = os.fspath(root)
+    for s, m, z, i in rows.select(STAT_KEY).unique(SOURCE, maintain_order=True).iter_rows():
+        try:
+            st = os.stat(os.path.join(base, s))
+        except FileNotFoundError:
+            out.append(s)
+            continue
+        if (st.st_mtime_ns, st.st_size, st.st_ino) != (m, z, i):
+            out.append(s)
+    return out
+
+
+def _state_path(cache: Path) -> Path:
+    return cache.with_suffix(".json")
+
+
+def _read_state(cache: Path) -> dict[str, Any] | None:
+    """How far the cache has read the manifest: its byte offset and the manifest's identity."""
+    try:
+        state = json.loads(_state_path(cache).read_text())
+        return state if isinstance(state.get("offset"), int) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _write_state(cache: Path, tail) -> None:
+    # Written after the cache: a crash between the two re-applies lines the cache already
+    # holds, which changes nothing (the last line of a record decides its rows).
+    state = {"offset": tail.end, "head": tail.head} if tail is not None else {"offset": 0}
+    write_atomic(_state_path(cache), json.dumps(state))
 
 
 def _read_previous(path: Path) -> pl.DataFrame | None:
@@ -294,8 +583,14 @@ def rebuild(bench_folder: Path, incremental: bool = True) -> dict[str, pl.DataFr
     bench_folder = Path(bench_folder)
     pillars = all_pillars()
     folders = {n: f for n, f in paths.pillar_folders(bench_folder).items() if n in pillars}
-    found = {n: paths.find_records(f) for n, f in folders.items()}
-    found = {n: r for n, r in found.items() if r}
+    from sparsebench.suite import fragments
+
+    found: dict[str, list[Path] | None] = {}
+    for name, folder in folders.items():
+        if incremental and fragments.manifest_of(folder).is_file():
+            found[name] = None  # the manifest lists them: no walk over the folder
+        elif records := paths.find_records(folder):
+            found[name] = records
     if not found:
         state = "" if bench_folder.is_dir() else " (the folder does not exist)"
         raise TableError(

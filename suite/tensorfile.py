@@ -8,12 +8,13 @@ corrupted artefact is refused naming its file and how to make it again, never us
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sparsebench.suite.atomic import sha256_of
 
 if TYPE_CHECKING:
     import torch
@@ -22,14 +23,6 @@ if TYPE_CHECKING:
 class ArtefactError(ValueError):
     """An artefact on disk that cannot be used; the message names the file, what is wrong and
     how to make it again."""
-
-
-def sha256_of(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def save(

@@ -20,7 +20,7 @@ from sparsebench.suite.pillar import all_pillars, pillar_of_family
 from sparsebench.suite.record import COMMON_COLUMNS
 from sparsebench.suite.schemas import CommonSchema, TableError
 from sparsebench.suite.spec import load, validate
-from sparsebench.suite.tables import aggregate
+from sparsebench.suite.tables import FRAGMENT, STAT_KEY, aggregate, side_table, verify
 
 PILLARS = all_pillars()
 METHODS = [
@@ -99,6 +99,16 @@ def test_pillar_tiny_spec_runs_records_validate_and_board_is_written(name, tmp_p
     assert runs.height >= len(records)
     again = aggregate(p, paths.find_records(folder), folder / "runs.parquet")
     assert again.equals(runs), "an incremental rebuild with nothing new gives the same table"
+    # the batch's fragment gives exactly the rows its JSON records give
+    assert runs[FRAGMENT].null_count() == 0, "the rows came from the batch's fragment"
+    assert verify(p, folder) == {"differ": [], "not_in_fragments": [], "gone": []}
+    full = aggregate(p, paths.find_records(folder), folder / "runs.parquet", incremental=False)
+    bookkeeping = [*STAT_KEY, FRAGMENT]
+    assert full.drop(bookkeeping).equals(runs.drop(bookkeeping))
+    runs = full
+    for side, make in p.side_tables().items():  # kept by the aggregation, as made from runs
+        kept = side_table(folder, side, runs)
+        assert kept is not None and kept.equals(make(runs)), side
     files = p.board(runs, folder)
     for f in [*paths.board_files("contract", name, [pl_.file for pl_ in p.plots], root)]:
         assert f.is_file(), f
@@ -108,9 +118,9 @@ def test_pillar_tiny_spec_runs_records_validate_and_board_is_written(name, tmp_p
     bad = paths.find_records(folder)[0]
     rec = json.loads(bad.read_text())
     rec["threads"] = 0  # a common column every row of the record carries (threads >= 1)
-    bad.write_text(json.dumps(rec))
+    bad.write_text(json.dumps(rec))  # by hand: a full aggregation reads it
     with pytest.raises(TableError) as info:
-        aggregate(p, paths.find_records(folder), folder / "runs.parquet")
+        aggregate(p, paths.find_records(folder), folder / "runs.parquet", incremental=False)
     message = str(info.value)
     assert "threads" in message and bad.parent.name in message, message
     assert info.value.rows, "the offending rows are named"

@@ -4,6 +4,7 @@ after Snakemake deleted runs.parquet before rerunning its rule."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import tests.toy_pillar  # noqa: F401 - registers the toy pillar
 from sparsebench.suite import paths, tables
@@ -36,7 +37,7 @@ def test_only_new_or_changed_records_are_read_again(tmp_path, monkeypatch):
     out.unlink()  # what Snakemake does to a rule's output before it reruns the rule
     write_json_atomic(paths.record_in(folder, "v3"), _record(3, 9.0))
     runs = tables.aggregate(pillar, paths.find_records(folder), out)
-    assert runs.height == 4 and [p.parent.name for p in read] == ["v3"]
+    assert runs.height == 4 and [Path(p).parent.name for p in read] == ["v3"]
 
     # Same size and mtime, new content: an atomic rewrite changes the inode, which is seen.
     old = paths.record_in(folder, "v1")
@@ -45,7 +46,7 @@ def test_only_new_or_changed_records_are_read_again(tmp_path, monkeypatch):
     os.utime(old, ns=(st.st_atime_ns, st.st_mtime_ns))
     read.clear()
     runs = tables.aggregate(pillar, paths.find_records(folder), out)
-    assert [p.parent.name for p in read] == ["v1"]
+    assert [Path(p).parent.name for p in read] == ["v1"]
     assert dict(zip(runs["cell_id"], runs["square"]))["v1"] == 7.0
 
     read.clear()

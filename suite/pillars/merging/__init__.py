@@ -68,6 +68,11 @@ class MergingPillar(Pillar):
     )
     batch_max = 8
 
+    def side_tables(self) -> dict[str, Any]:
+        from .board import SIDE_TABLES  # the curves and per-task results, parsed once
+
+        return SIDE_TABLES
+
     # ------------------------------------------------------------------ spec
     def example(self, method: str | None = None) -> dict[str, Any]:
         recipe = {"epochs": 1, "lr": 0.001, "batch_size": 128}

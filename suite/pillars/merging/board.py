@@ -52,18 +52,41 @@ def _ok(runs: pl.DataFrame) -> pl.DataFrame:
     return runs.filter(pl.col("status") == "ok")
 
 
-def per_task(runs: pl.DataFrame) -> pl.DataFrame:
-    """One row per (model, method, setting, seed, task): test acc and normalized acc."""
+PER_TASK_SCHEMA = {"task": pl.String} | {
+    k: pl.Float64 for k in ("acc", "loss", "expert_acc", "normalized")
+}
+
+
+def per_task_rows(runs: pl.DataFrame, key: str = "source") -> pl.DataFrame:
+    """One row per (ok row, task) of ``runs``' ``per_task_json``, with the row's ``key``: the
+    side table ``per_task`` (parsed once, by the aggregation)."""
     rows = []
-    for r in _ok(runs).iter_rows(named=True):
-        for task, m in json.loads(r["per_task_json"]).items():
-            rows.append({**{k: r[k] for k in KEYS}, "seed": r["seed"], "task": task, **m})
-    schema = {k: pl.String for k in KEYS} | {"seed": pl.Int64, "task": pl.String}
-    schema |= {k: pl.Float64 for k in ("acc", "loss", "expert_acc", "normalized")}
-    return pl.DataFrame(rows, schema=schema)
+    for k, text in _ok(runs).select(key, "per_task_json").iter_rows():
+        for task, m in json.loads(text).items():
+            rows.append({key: k, "task": task, **m})
+    return pl.DataFrame(rows, schema={key: runs.schema[key], **PER_TASK_SCHEMA})
 
 
-def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
+def _with_keys(runs: pl.DataFrame, side: pl.DataFrame | None, make) -> pl.DataFrame:
+    """The side rows (from the aggregation's side table, or made now from ``runs``) with each
+    ok row's board keys and seed, in the order of ``runs``."""
+    ok = _ok(runs)
+    if side is None or "source" not in runs.columns:
+        ok = ok.with_row_index("_row")
+        side, key = make(ok, "_row"), "_row"
+    else:
+        key = "source"
+    keys = ok.select(key, *KEYS, "seed")
+    return keys.join(side, on=key, how="inner", maintain_order="left_right").drop(key)
+
+
+def per_task(runs: pl.DataFrame, side: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per (model, method, setting, seed, task): test acc and normalized acc."""
+    schema = {k: pl.String for k in KEYS} | {"seed": pl.Int64} | PER_TASK_SCHEMA
+    return _with_keys(runs, side, per_task_rows).cast(schema).select(list(schema))
+
+
+def leaderboard(runs: pl.DataFrame, tasks: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per (model, method, setting): means ± std over seeds, rank by normalized
     accuracy among the single-model merges of a model, and apart from them among the merges
     that keep one trunk per task (TALL masks: T trunks and the task id at inference);
@@ -106,25 +129,31 @@ def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
     board = noise_ranks(
         board, "_rank_by", "norm_acc_std", "seeds", ["model", "kind", "per_task_models"], True
     )
-    tasks = per_task(runs).group_by(*KEYS, "task", maintain_order=True).agg(pl.col("acc").mean())
+    tasks = tasks if tasks is not None else per_task(runs)
+    tasks = tasks.group_by(*KEYS, "task", maintain_order=True).agg(pl.col("acc").mean())
     wide = tasks.pivot(on="task", index=list(KEYS), values="acc")
     wide = wide.rename({c: f"acc_{c}" for c in wide.columns if c not in KEYS})
     return board.drop("_ref", "_rank_by").join(wide, on=list(KEYS), how="left")
 
 
-def lambda_curve(runs: pl.DataFrame) -> pl.DataFrame:
-    """The validation curve of every cell: one row per (cell, grid point), long format with the
-    grid point as JSON (``point``) and its first parameter's value (``value``)."""
+CURVE_SCHEMA = {"point": pl.String, "param": pl.String, "value": pl.Float64} | {
+    "val_avg_acc": pl.Float64,
+    "val_norm_acc": pl.Float64,
+}
+
+
+def curve_rows(runs: pl.DataFrame, key: str = "source") -> pl.DataFrame:
+    """One row per (ok row, grid point) of ``runs``' ``curve_json``, with the row's ``key``:
+    the side table ``curve`` (parsed once, by the aggregation)."""
     rows = []
-    for r in _ok(runs).iter_rows(named=True):
-        for point in json.loads(r["curve_json"]):
+    for k, text in _ok(runs).select(key, "curve_json").iter_rows():
+        for point in json.loads(text):
             # the stage's searched parameter comes first (the others: earlier stages' choices)
-            params = {k: v for k, v in point.items() if not k.startswith("val_") and k != "stage"}
+            params = {p: v for p, v in point.items() if not p.startswith("val_") and p != "stage"}
             first = next(iter(params), None)
             rows.append(
                 {
-                    **{k: r[k] for k in KEYS},
-                    "seed": r["seed"],
+                    key: k,
                     "point": json.dumps(params, sort_keys=True),
                     "param": first,
                     "value": float(params[first]) if first and _number(params[first]) else None,
@@ -132,10 +161,17 @@ def lambda_curve(runs: pl.DataFrame) -> pl.DataFrame:
                     "val_norm_acc": point["val_norm_acc"],
                 }
             )
-    schema = {k: pl.String for k in KEYS} | {"seed": pl.Int64, "point": pl.String}
-    schema |= {"param": pl.String, "value": pl.Float64}
-    schema |= {"val_avg_acc": pl.Float64, "val_norm_acc": pl.Float64}
-    return pl.DataFrame(rows, schema=schema)
+    return pl.DataFrame(rows, schema={key: runs.schema[key], **CURVE_SCHEMA})
+
+
+def lambda_curve(runs: pl.DataFrame, side: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The validation curve of every cell: one row per (cell, grid point), long format with the
+    grid point as JSON (``point``) and its first parameter's value (``value``)."""
+    schema = {k: pl.String for k in KEYS} | {"seed": pl.Int64} | CURVE_SCHEMA
+    return _with_keys(runs, side, curve_rows).cast(schema).select(list(schema))
+
+
+SIDE_TABLES = {"per_task": per_task_rows, "curve": curve_rows}
 
 
 def _number(v) -> bool:
@@ -299,12 +335,16 @@ def setting_lines(runs: pl.DataFrame) -> list[str]:
 
 
 def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
+    from sparsebench.suite.tables import side_table
+
+    sides = {name: side_table(Path(out_dir), name, runs) for name in SIDE_TABLES}
     runs = label_expert_sets(runs)
-    board = leaderboard(runs)
-    curve = lambda_curve(runs)
+    tasks = per_task(runs, sides["per_task"])
+    board = leaderboard(runs, tasks)
+    curve = lambda_curve(runs, sides["curve"])
     write_atomic(Path(out_dir) / "lambda_curve.csv", curve.write_csv)
     plots = {
-        "accuracy_heatmap.png": lambda p: plot_heatmap(runs, p),
+        "accuracy_heatmap.png": lambda p: plot_heatmap(tasks, p),
         "density.png": lambda p: plot_density(board, p),
         "lambda_curve.png": lambda p: plot_curve(curve, p),
     }
@@ -323,11 +363,10 @@ def _figure(n: int, width: float = 6.0, height: float = 4.0):
     return plt, fig, axes[0]
 
 
-def plot_heatmap(runs: pl.DataFrame, path: Path) -> None:
+def plot_heatmap(tasks: pl.DataFrame, path: Path) -> None:
     """Rows: method (setting); columns: task; colour: mean test accuracy (%) on a scale from
     the lowest to the highest value shown (a 0–100 scale paints 85–97 % one colour), every
-    cell's value written in it."""
-    tasks = per_task(runs)
+    cell's value written in it. ``tasks``: :func:`per_task`'s rows."""
     models = tasks["model"].unique(maintain_order=True).to_list() or [""]
     rows = max([tasks.filter(pl.col("model") == m).select(KEYS).unique().height for m in models])
     cols = tasks["task"].n_unique() if tasks.height else 1

@@ -1,0 +1,208 @@
+"""Columnar fragments (suite/fragments.py) and the aggregation that reads them (suite/tables.py):
+the rows a batch's fragment gives are the rows its JSON records give; the aggregation reads
+only new manifest lines, falls back to JSON for a missing, altered or untyped fragment, and a
+record's last line decides its rows."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import tests.toy_pillar  # noqa: F401 - registers the toy pillar
+from sparsebench.suite import fragments, paths, tables
+from sparsebench.suite.frames import TableError
+from sparsebench.suite.job import confirm_deaths, run_batch
+from sparsebench.suite.pillar import get_pillar
+from sparsebench.suite.record import write_json_atomic
+from sparsebench.suite.spec import validate
+
+TOY = get_pillar("toy")
+BOOKKEEPING = [*tables.STAT_KEY, tables.FRAGMENT]
+
+
+def _run(tmp_path: Path, values: list[float]) -> Path:
+    spec = validate({"benchmark": "b", "toy": {"values": values}}, source="t.yaml")
+    run_batch(spec, TOY, TOY.cells(spec), root=tmp_path, progress=lambda m: None)
+    return paths.pillar_dir("b", "toy", tmp_path)
+
+
+def _content(runs: pl.DataFrame) -> pl.DataFrame:
+    return runs.drop([c for c in BOOKKEEPING if c in runs.columns]).sort("cell_id")
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list[str]:
+    """The record files the aggregation reads as JSON."""
+    seen: list[str] = []
+    real = tables.read_records
+    monkeypatch.setattr(tables, "read_records", lambda ps: seen.extend(map(str, ps)) or real(ps))
+    return seen
+
+
+def test_a_batch_writes_one_fragment_whose_rows_are_its_records(tmp_path, reads):
+    folder = _run(tmp_path, [1, 2, -1])
+    tail = fragments.read(folder)
+    assert tail is not None and len(tail.entries) == 1
+    [entry] = tail.entries
+    assert sorted(entry.sources) == ["runs/v-1/record.json", "runs/v1/record.json",
+                                     "runs/v2/record.json"]  # fmt: skip
+    assert entry.rows == 3 and entry.sha256 == fragments.digest(folder / "fragments" / entry.file)
+    reads.clear()
+    runs = tables.aggregate(TOY, None, folder / "runs.parquet")
+    assert reads == [], "every row came from the fragment"
+    assert dict(zip(runs["cell_id"], runs["status"])) == {"v1": "ok", "v2": "ok", "v-1": "failed"}
+    full = tables.aggregate(TOY, None, folder / "runs.parquet", incremental=False)
+    assert len(reads) == 3, "a full aggregation reads every JSON record"
+    assert _content(full).equals(_content(runs))
+    assert tables.verify(TOY, folder) == {"differ": [], "not_in_fragments": [], "gone": []}
+
+
+def test_only_new_lines_are_read_and_the_last_line_of_a_record_decides(tmp_path, reads):
+    folder = _run(tmp_path, [1, 2])
+    out = folder / "runs.parquet"
+    tables.aggregate(TOY, None, out)
+    spec = validate({"benchmark": "b", "toy": {"values": [2, 3]}}, source="t.yaml")
+    read_fragments: list[str] = []
+    real = pl.read_parquet
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pl, "read_parquet", lambda p, **k: read_fragments.append(str(p)) or real(p, **k))
+        run_batch(spec, TOY, TOY.cells(spec), root=tmp_path, progress=lambda m: None)
+        reads.clear()
+        runs = tables.aggregate(TOY, None, out)
+    assert reads == [], "no JSON read"
+    second = fragments.read(folder).entries[-1].file
+    assert [Path(p).name for p in read_fragments if "fragments" in p] == [second]
+    assert sorted(runs["cell_id"]) == ["v1", "v2", "v3"]
+    assert runs.filter(pl.col("cell_id") == "v2")[tables.FRAGMENT].item() == second
+
+
+def test_a_missing_or_altered_fragment_falls_back_to_its_records(tmp_path, reads):
+    folder = _run(tmp_path, [1, 2])
+    [entry] = fragments.read(folder).entries
+    path = folder / "fragments" / entry.file
+    path.write_bytes(path.read_bytes()[:-1] + b"x")  # bytes that are not the digest's
+    reads.clear()
+    runs = tables.aggregate(TOY, None, folder / "runs.parquet")
+    assert sorted(Path(p).parent.name for p in reads) == ["v1", "v2"]
+    assert runs[tables.FRAGMENT].null_count() == 2 and runs.height == 2
+    path.unlink()
+    reads.clear()
+    runs = tables.aggregate(TOY, None, folder / "runs.parquet", incremental=False)
+    assert len(reads) == 2 and runs.height == 2
+
+
+def test_a_record_that_cannot_be_typed_names_its_file_from_the_json(tmp_path):
+    folder = _run(tmp_path, [1])
+    record = folder / "runs" / "v1" / "record.json"
+    data = json.loads(record.read_text())
+    write_json_atomic(record, {**data, "threads": "two"})
+    entry = fragments.write(TOY, folder, [record], "toy")
+    assert entry.file is None and entry.sources == ("runs/v1/record.json",)
+    with pytest.raises(TableError, match=r"v1/record.json.*'threads' = 'two'"):
+        tables.aggregate(TOY, None, folder / "runs.parquet")
+
+
+def test_records_without_a_fragment_are_read_when_listed(tmp_path, reads):
+    """A batch killed outright leaves records no fragment holds: the spec's list finds them."""
+    folder = _run(tmp_path, [1])
+    data = json.loads((folder / "runs" / "v1" / "record.json").read_text())
+    extra = paths.record_in(folder, "v4")
+    write_json_atomic(extra, {**data, "cell_id": "v4", "value": 4.0, "square": 16.0})
+    listed = [folder / "runs" / "v1" / "record.json", extra]
+    reads.clear()
+    runs = tables.aggregate(TOY, listed, folder / "runs.parquet")
+    assert [Path(p).parent.name for p in reads] == ["v4"] and runs.height == 2
+    assert tables.verify(TOY, folder)["not_in_fragments"] == ["runs/v4/record.json"]
+    # a record left out of the list leaves the table
+    assert tables.aggregate(TOY, [extra], folder / "runs.parquet")["cell_id"].to_list() == ["v4"]
+
+
+def test_a_hand_edit_is_seen_by_verify_and_a_full_aggregation(tmp_path):
+    folder = _run(tmp_path, [1, 2])
+    out = folder / "runs.parquet"
+    tables.aggregate(TOY, None, out)
+    record = folder / "runs" / "v2" / "record.json"
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "square": 5.0}))
+    assert tables.verify(TOY, folder)["differ"] == ["runs/v2/record.json"]
+    assert 4.0 in tables.aggregate(TOY, None, out)["square"].to_list(), "fragments trusted"
+    full = tables.aggregate(TOY, None, out, incremental=False)
+    assert sorted(full["square"].to_list()) == [1.0, 5.0]
+    os.remove(record)
+    assert tables.verify(TOY, folder)["gone"] == ["runs/v2/record.json"]
+
+
+def test_confirmed_deaths_get_a_fragment_line(tmp_path):
+    folder = _run(tmp_path, [1])
+    record = folder / "runs" / "v1" / "record.json"
+    data = json.loads(record.read_text())
+    from sparsebench.suite.job import DIED, IN_FLIGHT
+
+    write_json_atomic(record, {**data, "status": "failed", "error": IN_FLIGHT, "square": None})
+    assert confirm_deaths([record], 0.0) == [record]
+    runs = tables.aggregate(TOY, None, folder / "runs.parquet")
+    assert runs["error"].to_list() == [DIED]
+    assert tables.verify(TOY, folder)["differ"] == []
+
+
+def test_a_duplicate_row_across_old_and_new_rows_is_refused(tmp_path):
+    folder = _run(tmp_path, [1])
+    out = folder / "runs.parquet"
+    tables.aggregate(TOY, None, out)
+    data = json.loads((folder / "runs" / "v1" / "record.json").read_text())
+    twin = paths.record_in(folder, "w1")
+    write_json_atomic(twin, data)  # another record with the same cell id
+    fragments.write(TOY, folder, [twin], "toy")
+    with pytest.raises(TableError, match="cell_id"):
+        tables.aggregate(TOY, None, out)
+
+
+def test_a_manifest_line_being_written_waits_and_a_torn_line_is_skipped(tmp_path):
+    folder = _run(tmp_path, [1])
+    manifest = fragments.manifest_of(folder)
+    size = manifest.stat().st_size
+    with open(manifest, "ab") as f:
+        f.write(b'{"file": "x.parquet", "sha')  # no newline yet: a writer mid-line
+    tail = fragments.read(folder)
+    assert tail.end == size and len(tail.entries) == 1
+    with open(manifest, "ab") as f:
+        f.write(b"\n")
+    assert len(fragments.read(folder).entries) == 1  # the torn line is skipped
+
+
+def test_side_tables_follow_the_runs_table_incrementally(tmp_path, monkeypatch):
+    made: list[int] = []
+
+    def squares(rows: pl.DataFrame) -> pl.DataFrame:
+        made.append(rows.height)
+        return rows.select("source", (pl.col("square") + 1).alias("plus_one"))
+
+    monkeypatch.setattr(type(TOY), "side_tables", lambda self: {"sq": squares})
+    folder = _run(tmp_path, [1, 2])
+    out = folder / "runs.parquet"
+    runs = tables.aggregate(TOY, None, out)
+    assert tables.side_table(folder, "sq", runs).equals(squares(runs))
+    made.clear()
+    spec = validate({"benchmark": "b", "toy": {"values": [2, 3]}}, source="t.yaml")
+    run_batch(spec, TOY, TOY.cells(spec), root=tmp_path, progress=lambda m: None)
+    runs = tables.aggregate(TOY, None, out)
+    assert made == [2], "only the rows read now are derived"
+    assert tables.side_table(folder, "sq", runs).equals(squares(runs))
+    # a table of other rows does not get this side table
+    assert tables.side_table(folder, "sq", runs.head(2)) is None
+
+
+def test_retry_failed_takes_the_removed_records_out_of_the_table(tmp_path, capsys):
+    from sparsebench.suite.cli import main
+
+    folder = _run(tmp_path, [1, -1])
+    out = folder / "runs.parquet"
+    assert tables.aggregate(TOY, None, out).height == 2
+    main(["retry-failed", str(folder.parent)])
+    assert "removing [failed]" in capsys.readouterr().out
+    assert tables.aggregate(TOY, None, out)["cell_id"].to_list() == ["v1"]
+    assert tables.verify(TOY, folder) == {"differ": [], "not_in_fragments": [], "gone": []}
