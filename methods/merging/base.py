@@ -23,6 +23,7 @@ the drop rate at that λ) says so in :meth:`MergingMethod.search_stages`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
@@ -33,6 +34,9 @@ from sparsebench.suite.method import Method, MethodArtefact
 
 StateDict = dict[str, torch.Tensor]  # parameter name -> tensor (trunk only)
 Split = Literal["train", "val", "test"]
+# transform(t, τ_t[key]) -> the vector task t contributes at that key; it may overwrite its
+# argument (a fresh tensor) and return it. Called with the keys in order within each task.
+Transform = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -165,10 +169,18 @@ class MergeResult:
     """What a merge returns.
 
     Attributes:
-        state: the merged trunk (one model for every task); None when ``per_task`` is given.
+        state: the merged trunk (one model for every task); None when ``per_task`` is given,
+            or in the result of :meth:`MergingMethod.merge_vector` (see ``vector``).
         per_task: one trunk per task (TALL masks), in task order.
         task_vectors: the (sparsified) task vectors the method combined, for the record's
-            task-vector density and sign-conflict fraction (None: the raw task vectors).
+            task-vector density and sign-conflict fraction (None: ``stats``, else the raw
+            task vectors).
+        stats: for a method that never holds its T task vectors at once, how to count the
+            same statistics (:class:`TaskVectorStats`, e.g. :meth:`TaskVectorStats.stream`
+            over the inputs again): called once, for the record, outside the merge's time;
+            takes precedence over ``task_vectors``.
+        vector: the merged task vector τ_m of a method whose merge is θ0 + λ·τ_m
+            (:attr:`MergingMethod.scale`); :meth:`scaled` turns it into ``state``.
         examples: data examples the method read (0 for data-free methods).
         info: method-specific numbers for the record (e.g. AdaMerging's learned λ).
     """
@@ -176,6 +188,8 @@ class MergeResult:
     state: StateDict | None = None
     per_task: list[StateDict] | None = None
     task_vectors: list[StateDict] | None = None
+    stats: Callable[[], TaskVectorStats] | None = None
+    vector: StateDict | None = None
     examples: int = 0
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -184,6 +198,125 @@ class MergeResult:
             return self.per_task[task]
         assert self.state is not None
         return self.state
+
+    def scaled(
+        self, base: Mapping[str, torch.Tensor], lam: float, in_place: bool = False
+    ) -> MergeResult:
+        """θ0 + λ·τ_m as a result with ``state`` and no ``vector``: new tensors (the
+        selection evaluates many λ on one τ_m), or, ``in_place``, τ_m's own tensors
+        overwritten (a merge from scratch: no second copy of the trunk)."""
+        if self.vector is None:
+            raise ValueError("scaled() needs the merged task vector (MergeResult.vector)")
+        if in_place:  # λ·τ_m + θ0: the same float operations as θ0 + λ·τ_m
+            state = {k: self.vector[k].mul_(lam).add_(base[k]) for k in base}
+        else:
+            state = add_scaled(base, self.vector, lam)
+        return dataclasses.replace(self, state=state, vector=None)
+
+    def record_stats(self, base: Mapping[str, torch.Tensor], experts: Iterable[StateDict]):
+        """The statistics of the record's density and sign-conflict columns: ``stats``, else
+        those of ``task_vectors``, else those of the raw task vectors of ``experts``."""
+        if self.stats is not None:
+            return self.stats()
+        if self.task_vectors is not None:
+            return TaskVectorStats.of(self.task_vectors)
+        return TaskVectorStats.stream(base, list(experts))
+
+
+@dataclass
+class SignCounts:
+    """Per coordinate of one parameter: how many of the task vectors fed so far are positive
+    and negative there (uint8: at most 255 tasks)."""
+
+    pos: torch.Tensor
+    neg: torch.Tensor
+
+    @classmethod
+    def like(cls, t: torch.Tensor) -> SignCounts:
+        return cls(
+            torch.zeros(t.shape, dtype=torch.uint8, device=t.device),
+            torch.zeros(t.shape, dtype=torch.uint8, device=t.device),
+        )
+
+    def add(self, v: torch.Tensor) -> None:
+        """Count one task's entries of this parameter (NaN counts as neither sign)."""
+        self.pos.add_(v > 0)
+        self.neg.add_(v < 0)
+
+
+@dataclass
+class TaskVectorStats:
+    """The record's task-vector statistics, fed parameter by parameter (:class:`SignCounts`
+    of every task at one key), so no method has to hold its T task vectors at once.
+
+    Attributes:
+        n_vectors: T, the number of task vectors.
+        entries: coordinates seen (per task vector).
+        nonzero_hist: ``nonzero_hist[m]``: coordinates where exactly m vectors are nonzero.
+        conflicts: coordinates with at least two nonzero entries of both signs.
+    """
+
+    n_vectors: int
+    entries: int = 0
+    nonzero_hist: list[int] = field(default_factory=list)
+    conflicts: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.nonzero_hist:
+            self.nonzero_hist = [0] * (self.n_vectors + 1)
+        if self.n_vectors > 255:
+            raise ValueError(f"SignCounts count at most 255 task vectors, got {self.n_vectors}")
+
+    def add(self, counts: SignCounts) -> None:
+        """Fold in one parameter's counts (over all T task vectors)."""
+        m = counts.pos + counts.neg
+        hist = torch.bincount(m.reshape(-1).cpu(), minlength=self.n_vectors + 1)
+        for i, c in enumerate(hist.tolist()):
+            self.nonzero_hist[i] += c
+        self.entries += m.numel()
+        self.conflicts += int(((counts.pos > 0) & (counts.neg > 0)).sum())
+
+    @classmethod
+    def of(cls, vectors: Sequence[Mapping[str, torch.Tensor]]) -> TaskVectorStats:
+        """The statistics of task vectors held as state dicts."""
+        stats = cls(len(vectors))
+        for k in vectors[0] if vectors else ():
+            counts = SignCounts.like(vectors[0][k])
+            for v in vectors:
+                counts.add(v[k])
+            stats.add(counts)
+        return stats
+
+    @classmethod
+    def stream(
+        cls,
+        base: Mapping[str, torch.Tensor],
+        experts: Sequence[Mapping[str, torch.Tensor]],
+        transform: Transform | None = None,
+    ) -> TaskVectorStats:
+        """The statistics of τ_t = θ_t − θ0 (or of ``transform(t, τ_t)``, fed as by
+        :func:`sum_task_vectors`), one τ_t[key] at a time."""
+        stats = cls(len(experts))
+        for k, b in base.items():
+            counts = SignCounts.like(b)
+            for t, e in enumerate(experts):
+                tv = e[k] - b
+                counts.add(tv if transform is None else transform(t, tv))
+            stats.add(counts)
+        return stats
+
+    @property
+    def density(self) -> float:
+        """As :func:`density`."""
+        nnz = sum(m * c for m, c in enumerate(self.nonzero_hist))
+        total = self.entries * self.n_vectors
+        return nnz / total if total else 0.0
+
+    @property
+    def sign_conflict(self) -> float:
+        """As :func:`sign_conflict`."""
+        multi = sum(self.nonzero_hist[2:])
+        return self.conflicts / multi if multi else 0.0
 
 
 TensorPair = tuple[torch.Tensor, torch.Tensor]
@@ -244,6 +377,10 @@ class MergingMethod(Method):
 
     search: ClassVar[dict[str, tuple[Any, ...]]] = {}
     data_free: ClassVar[bool] = True
+    # The Params field λ of a method whose merge is θ0 + λ·τ_m with τ_m independent of λ:
+    # such a method defines merge_vector (τ_m), and the selection computes τ_m once for all
+    # the λ it tries at the same values of the other fields. None: merge() only.
+    scale: ClassVar[str | None] = None
 
     @classmethod
     def build_artefact(cls, request: MethodArtefact, ctx: ArtefactContext) -> StateDict:
@@ -270,13 +407,46 @@ class MergingMethod(Method):
         return [(cls.grid_for(params), {})]
 
     def merge(self, inputs: MergeInputs, params: Any) -> MergeResult:
-        raise NotImplementedError
+        """The merged model(s). Default, for a method with a :attr:`scale`: θ0 + λ·τ_m from
+        :meth:`merge_vector`."""
+        if self.scale is None:
+            raise NotImplementedError
+        res = self.merge_vector(inputs, params)
+        return res.scaled(inputs.base, getattr(params, self.scale), in_place=True)
+
+    def merge_vector(self, inputs: MergeInputs, params: Any) -> MergeResult:
+        """τ_m (``MergeResult.vector``, new tensors, no ``state``) of a method with a
+        :attr:`scale`: a function of every field of ``params`` but that one, which it must
+        not read."""
+        raise NotImplementedError(f"{type(self).__name__} declares no scale parameter")
 
 
 # ---------------------------------------------------------------------- task-vector algebra
 def task_vectors(base: Mapping[str, torch.Tensor], experts: Iterable[StateDict]) -> list[StateDict]:
     """τ_t = θ_t − θ0 for every expert (new tensors)."""
     return [{k: e[k] - base[k] for k in base} for e in experts]
+
+
+def sum_task_vectors(
+    base: Mapping[str, torch.Tensor],
+    experts: Sequence[Mapping[str, torch.Tensor]],
+    transform: Transform | None = None,
+) -> StateDict:
+    """Σ_t τ_t (or Σ_t ``transform(t, τ_t)``), parameter by parameter (keys in ``base``'s
+    order, tasks in order within a key): one τ_t[key] at a time, never T task vectors nor a
+    T×P stack. The tasks are added in order, as ``torch.stack(...).sum(0)`` adds them. New
+    tensors."""
+    out: StateDict = {}
+    for k, b in base.items():
+        acc = experts[0][k] - b
+        if transform is not None:
+            acc = transform(0, acc)
+        buf = torch.empty_like(acc)
+        for t in range(1, len(experts)):
+            tv = torch.sub(experts[t][k], b, out=buf)
+            acc.add_(tv if transform is None else transform(t, tv))
+        out[k] = acc
+    return out
 
 
 def add_scaled(

@@ -469,7 +469,7 @@ class CassTuning(_HostParamsMixin, MergingMethod):
     def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
         tuned = inputs.artefact(self.ARTEFACT)
         res = host_merge(params.host, inputs, tuned, params)
-        if res.task_vectors is None:  # the record's density: of the masked experts
+        if res.task_vectors is None and res.stats is None:  # the record's: of the masked experts
             res.task_vectors = task_vectors(inputs.base, tuned)
         moved = [  # a group counts as kept where its expert moved from θ0
             groups_set({k: t[k] != inputs.base[k] for k in inputs.base}, inputs.groups)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sparsebench.suite.registry import register
 
-from .base import MergeInputs, MergeResult, MergingMethod, add_scaled, combine
+from .base import MergeInputs, MergeResult, MergingMethod, TaskVectorStats, sum_task_vectors
 
 # Ilharco et al. 2023, Sec. 2: λ chosen on held-out validation data from {0, 0.05, ..., 1.0}.
 # We search 0.05..1.0 in steps of 0.05 (λ = 0 is the zero-shot model, a reference row) and,
@@ -30,6 +30,7 @@ class TaskArithmetic(MergingMethod):
     """
 
     search = {"lam": LAMBDA_GRID}
+    scale = "lam"
 
     @dataclass
     class Params:
@@ -39,7 +40,11 @@ class TaskArithmetic(MergingMethod):
             if self.lam is not None and self.lam < 0:
                 raise ValueError(f"lam must be >= 0, got {self.lam}")
 
-    def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
-        tvs = inputs.task_vectors()
-        summed = combine(tvs, lambda s: s.sum(0))
-        return MergeResult(state=add_scaled(inputs.base, summed, params.lam), task_vectors=tvs)
+    def merge_vector(self, inputs: MergeInputs, params: Params) -> MergeResult:
+        """τ_m = Σ_t τ_t, summed parameter by parameter (the record's statistics: of the raw
+        τ_t, counted in a pass of their own)."""
+        base, experts = inputs.base, inputs.experts
+        return MergeResult(
+            vector=sum_task_vectors(base, experts),
+            stats=lambda: TaskVectorStats.stream(base, experts),
+        )

@@ -10,7 +10,7 @@ import torch
 
 from sparsebench.suite.registry import register
 
-from .base import MergeInputs, MergeResult, MergingMethod, StateDict, add_scaled, density
+from .base import MergeInputs, MergeResult, MergingMethod, StateDict, density
 
 # The official code's TIES command (README of github.com/prateeky2806/ties-merging) scales the
 # merged vector over `linear+0.8+2.51+0.1`, i.e. λ in 0.8, 0.9, ..., 2.5, on validation.
@@ -129,6 +129,7 @@ class Ties(MergingMethod):
     """
 
     search = {"k": K_GRID, "lam": TIES_LAMBDA_GRID}
+    scale = "lam"
 
     @classmethod
     def search_stages(cls, params: Any):
@@ -147,10 +148,8 @@ class Ties(MergingMethod):
             if self.lam is not None and self.lam < 0:
                 raise ValueError(f"lam must be >= 0, got {self.lam}")
 
-    def merge(self, inputs: MergeInputs, params: Params) -> MergeResult:
+    def merge_vector(self, inputs: MergeInputs, params: Params) -> MergeResult:
         merged, trimmed = ties_vector(inputs.task_vectors(), params.k)
         return MergeResult(
-            state=add_scaled(inputs.base, merged, params.lam),
-            task_vectors=trimmed,
-            info={"trimmed_density": density(trimmed)},
+            vector=merged, task_vectors=trimmed, info={"trimmed_density": density(trimmed)}
         )

@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from sparsebench.methods.merging.base import TaskVectorStats
+
 OTHERS_LAMBDA = 0.3
 
 
@@ -98,6 +100,16 @@ def batch_diagnostics(bank: Any, base: Mapping[str, torch.Tensor], experts, limi
     }
 
 
-def chance_of(vectors) -> float | None:
-    """:func:`sign_conflict_chance` of a record's vectors; None for fewer than two."""
+def chance_from_stats(stats: TaskVectorStats) -> float:
+    """:func:`sign_conflict_chance` from the counts of nonzero entries per coordinate."""
+    multi = sum(stats.nonzero_hist[2:])
+    total = sum(c * (1.0 - 2.0 ** (1 - m)) for m, c in enumerate(stats.nonzero_hist) if m >= 2)
+    return total / multi if multi else 0.0
+
+
+def chance_of(vectors: Sequence[Mapping[str, torch.Tensor]] | TaskVectorStats | None):
+    """:func:`sign_conflict_chance` of a record's vectors (or of their statistics); None for
+    fewer than two."""
+    if isinstance(vectors, TaskVectorStats):
+        return chance_from_stats(vectors) if vectors.n_vectors >= 2 else None
     return sign_conflict_chance(vectors) if vectors and len(vectors) >= 2 else None

@@ -195,16 +195,29 @@ def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any
     curve, best, t_sel = [], None, time.perf_counter()
     chosen: dict[str, Any] = {}
     stages = [st for st in _stages(method_cls, params) if st[0]] or [([], [], {})]
+    scale = method_cls.scale
     for stage, (names, axes, fixed) in enumerate(stages):  # stages the spec fixed are gone
         best = None
-        for values in itertools.product(*axes):
-            point = {**dict(zip(names, values)), **chosen, **fixed}
+        points = [{**dict(zip(names, v)), **chosen, **fixed} for v in itertools.product(*axes)]
+        # A method θ0 + λ·τ_m: τ_m once per value of the other fields, kept until the last
+        # point of the stage that scales it (the points keep their order).
+        last = {_unscaled(p, scale): i for i, p in enumerate(points)} if scale else {}
+        vectors: dict[str, tuple[MergeResult, int]] = {}
+        for i, point in enumerate(points):
             resolved = dataclasses.replace(params, **point)
             state.bank.examples_read = 0
             t0 = time.perf_counter()
-            result = method.merge(inputs, resolved)
+            if scale is None:
+                result = method.merge(inputs, resolved)
+                examples = max(result.examples, state.bank.examples_read)
+            else:
+                key = _unscaled(point, scale)
+                if key not in vectors:
+                    vec = method.merge_vector(inputs, resolved)
+                    vectors[key] = (vec, max(vec.examples, state.bank.examples_read))
+                vec, examples = vectors.pop(key) if last[key] == i else vectors[key]
+                result = vec.scaled(inputs.base, getattr(resolved, scale))
             merge_s = time.perf_counter() - t0
-            examples = max(result.examples, state.bank.examples_read)
             val = scores(state.bank, result, "val", state.expert_acc["val"], state.select_examples)
             curve.append(
                 {**point, "stage": stage, "val_avg_acc": val["avg_acc"],
@@ -227,13 +240,13 @@ def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any
         merge_s = time.perf_counter() - t0
         examples = max(result.examples, state.bank.examples_read)
     test = scores(state.bank, result, "test", state.expert_acc["test"])
-    tvs = result.task_vectors or task_vectors(state.base, experts)
+    stats = result.record_stats(state.base, experts)
     out = _columns(tasks, test, state.expert_acc["test"])
     out.update(
         val_norm_acc=val["norm_acc"],
-        density=density(tvs),
-        sign_conflict=sign_conflict(tvs),
-        sign_conflict_chance=chance_of(tvs),
+        density=stats.density,
+        sign_conflict=stats.sign_conflict,
+        sign_conflict_chance=chance_of(stats),
         **state.diagnostics,
         merge_s=merge_s,
         select_s=select_s,
@@ -247,6 +260,11 @@ def run_merge(state: BatchState, method_cls, params, seed: int) -> dict[str, Any
         peak_mem_mb=peak_mb(),
     )
     return out
+
+
+def _unscaled(point: Mapping[str, Any], scale: str | None) -> str:
+    """A grid point without its scale field: the values its τ_m depends on."""
+    return json.dumps({k: v for k, v in point.items() if k != scale}, sort_keys=True)
 
 
 def at_edge(grid: Mapping[str, Sequence[Any]], point: Mapping[str, Any]) -> list[str]:

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from sparsebench.methods.merging.base import MergeInputs
+from sparsebench.methods.merging.base import MergeInputs, TaskVectorStats
 from sparsebench.methods.merging.dare import P_GRID, DareTA, DareTies, dare
 from sparsebench.methods.merging.task_arithmetic import LAMBDA_GRID
 from sparsebench.methods.merging.ties import K_GRID, TIES_LAMBDA_GRID, Ties, trim
@@ -76,7 +76,7 @@ def test_dare_ta_is_ta_on_dropped_vectors():
     for k in inputs.base:
         expected = inputs.base[k] + 0.4 * sum(d[k] for d in dropped)
         torch.testing.assert_close(res.state[k], expected)
-    assert all(torch.equal(r[k], d[k]) for r, d in zip(res.task_vectors, dropped) for k in r)
+    assert res.stats() == TaskVectorStats.of(dropped)  # the record's: of the dropped vectors
 
 
 def test_dare_ties_trims_after_dropping():

@@ -1,6 +1,6 @@
 import torch
 
-from sparsebench.methods.merging.base import MergeInputs
+from sparsebench.methods.merging.base import MergeInputs, TaskVectorStats
 from sparsebench.methods.merging.task_arithmetic import TaskArithmetic
 from tests.methods.merging.conftest import (
     assert_state_close,
@@ -39,8 +39,11 @@ def test_inputs_not_modified():
     assert_unchanged(inputs, snap)
 
 
-def test_task_vectors_are_the_raw_ones():
+def test_statistics_are_those_of_the_raw_task_vectors():
     base = {"w": torch.tensor([1.0, 2.0])}
     experts = [{"w": torch.tensor([2.0, 2.0])}, {"w": torch.tensor([1.0, 0.0])}]
     res = TaskArithmetic().merge(MergeInputs(base, experts), TaskArithmetic.Params(lam=0.5))
-    assert [tv["w"].tolist() for tv in res.task_vectors] == [[1.0, 0.0], [0.0, -2.0]]
+    raw = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, -2.0])}]
+    assert res.task_vectors is None  # counted while summing: no T task vectors kept
+    assert res.stats() == TaskVectorStats.of(raw)
+    assert res.stats().nonzero_hist == [0, 2, 0] and res.stats().density == 0.5
