@@ -9,9 +9,19 @@ import pytest
 import torch
 
 from sparsebench.methods.merging.adamerging import AdaMergingTask
+from sparsebench.methods.merging.base import (
+    MergeInputs,
+    MergeResult,
+    add_scaled,
+    density,
+    sign_conflict,
+    task_vectors,
+)
 from sparsebench.methods.merging.dare import P_GRID, DareTA
 from sparsebench.methods.merging.task_arithmetic import LAMBDA_GRID, TaskArithmetic
+from sparsebench.methods.merging.ties import Ties, ties_vector
 from sparsebench.suite.pillars.merging.config import TrunkConfig
+from sparsebench.suite.pillars.merging.diagnostics import sign_conflict_chance
 from sparsebench.suite.pillars.merging.job import BatchState, TaskBank, run_merge, scores
 from sparsebench.suite.pillars.merging.models import build_trunk, trunk_params
 from sparsebench.suite.pillars.merging.tasks import load_task
@@ -95,3 +105,60 @@ def test_adamerging_starts_at_the_lambda_task_arithmetic_chooses(state):
     lam = json.loads(ta["chosen_json"])["lam"]
     assert json.loads(ada["info_json"])["init"] == lam
     assert ada["norm_acc"] == pytest.approx(ta["norm_acc"])  # 0 steps: TA at that λ
+
+
+# The plain stacked formulas, merging from scratch at every grid point (no merge_vector, no
+# statistics counted along the way): the record's columns must not depend on how we merge.
+class StackedTA(TaskArithmetic):
+    scale = None
+
+    def merge(self, inputs, params):
+        tvs = task_vectors(inputs.base, inputs.experts)
+        summed = {k: torch.stack([tv[k] for tv in tvs]).sum(0) for k in inputs.base}
+        return MergeResult(state=add_scaled(inputs.base, summed, params.lam), task_vectors=tvs)
+
+
+class StackedDareTA(DareTA):
+    scale = None
+
+    def merge(self, inputs, params):
+        tvs = task_vectors(inputs.base, inputs.experts)
+        for t, tv in enumerate(tvs):  # task after task, keys in order, kept where u >= p
+            g = torch.Generator().manual_seed(inputs.seed * 1_000_003 + t)
+            for k, v in tv.items():
+                keep = torch.rand(v.shape, generator=g) >= params.p
+                tv[k] = torch.where(keep, v / (1.0 - params.p), torch.zeros_like(v))
+        summed = {k: torch.stack([tv[k] for tv in tvs]).sum(0) for k in inputs.base}
+        return MergeResult(state=add_scaled(inputs.base, summed, params.lam), task_vectors=tvs)
+
+
+class StackedTies(Ties):
+    scale = None
+
+    def merge(self, inputs, params):
+        merged, trimmed = ties_vector(task_vectors(inputs.base, inputs.experts), params.k)
+        return MergeResult(state=add_scaled(inputs.base, merged, params.lam), task_vectors=trimmed)
+
+
+@pytest.mark.parametrize(
+    "method, stacked",
+    [(TaskArithmetic, StackedTA), (DareTA, StackedDareTA), (Ties, StackedTies)],
+)
+def test_record_columns_equal_the_stacked_merge_at_every_point(state, method, stacked):
+    out = run_merge(state, method, method.Params(), seed=3)
+    ref = run_merge(state, stacked, stacked.Params(), seed=3)
+    assert out["chosen_json"] == ref["chosen_json"]
+    curve, ref_curve = json.loads(out["curve_json"]), json.loads(ref["curve_json"])
+    assert len(curve) == len(ref_curve) == out["n_candidates"]
+    for got, exp in zip(curve, ref_curve):
+        assert got == pytest.approx(exp, rel=1e-9, abs=1e-12)
+    for col in ("norm_acc", "val_norm_acc", "avg_acc", "density", "sign_conflict"):
+        assert out[col] == pytest.approx(ref[col], rel=1e-9, abs=1e-12), col
+    # the chance level, by its definition on the stacked vectors of the chosen merge
+    chosen = json.loads(ref["chosen_json"])
+    tvs = stacked().merge(MergeInputs(state.base, state.experts, seed=3), stacked.Params(**chosen))
+    assert out["sign_conflict_chance"] == pytest.approx(
+        sign_conflict_chance(tvs.task_vectors), rel=1e-9
+    )
+    assert ref["sign_conflict"] == pytest.approx(sign_conflict(tvs.task_vectors), rel=1e-12)
+    assert ref["density"] == pytest.approx(density(tvs.task_vectors), rel=1e-12)
