@@ -128,6 +128,13 @@ def _typed(name: str, py_type: type, values: list[Any], row_paths: Sequence[str]
     return pl.Series(name, values, dtype=polars_dtype(py_type), strict=True)
 
 
+def _stat(path: str) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        raise TableError(f"record {path} is missing; run the benchmark first") from None
+
+
 def _rel(path: str | Path, root: str) -> str:
     """``path`` relative to ``root`` as a POSIX string (plain string work: a million records
     would otherwise make a million Path objects)."""
@@ -151,7 +158,7 @@ def collect(
     rows: list[dict[str, Any]] = []
     row_paths: list[str] = []
     # stat before reading: a record rewritten meanwhile then looks changed next time
-    stats = [os.stat(p) for p in paths_] if root is not None else [None] * len(paths_)
+    stats = [_stat(p) for p in paths_] if root is not None else [None] * len(paths_)
     prefix = os.fspath(root).rstrip("/") + "/" if root is not None else ""
     table_rows = pillar.table_rows
     for path, st, rec in zip(paths_, stats, read_records(paths_)):
@@ -260,17 +267,9 @@ def aggregate(
     if expected is not None:
         from_json += [s for s in dict.fromkeys(expected) if s not in have]
     from_json = list(dict.fromkeys(from_json))
-    if from_json:
-        missing = [s for s in from_json if not _exists(root, s)]
-        if missing and expected is None:  # removed since its line (retry-failed): gone
-            gone = set(missing)
-            from_json = [s for s in from_json if s not in gone]
-        elif missing:
-            raise TableError(
-                f"record {root / missing[0]} is missing; run the benchmark first"
-                + (f" ({len(missing)} records missing)" if len(missing) > 1 else "")
-            )
-    if from_json:
+    if from_json and expected is None:  # removed since its line (retry-failed): gone
+        from_json = [s for s in from_json if _exists(root, s)]
+    if from_json:  # a listed record that is missing: collect names it
         parts.append(
             collect(pillar, [prefix + s for s in from_json], root).with_columns(
                 pl.lit(None, pl.String).alias(FRAGMENT)
