@@ -48,3 +48,22 @@ def test_overhead_counts_cells_and_this_runs_artefacts(tmp_path, monkeypatch):
     assert (out["artefacts"], out["artefact_core_s"]) == (1, 20.0)
     assert out["ideal_wall_s"] == 20.0 and out["ratio"] == 1.5
     json.dumps(out)  # printable as the make bench line
+
+
+def test_tables_generates_records_with_fragments_and_reports_every_step(tmp_path):
+    import tests.toy_pillar  # noqa: F401 - registers the toy pillar
+    from sparsebench.suite.job import run_batch
+    from sparsebench.suite.pillar import get_pillar
+    from sparsebench.suite.spec import validate
+
+    toy = get_pillar("toy")
+    spec = validate({"benchmark": "b", "toy": {"values": [1, 2, 3]}}, source="t.yaml")
+    run_batch(spec, toy, toy.cells(spec), root=tmp_path, progress=lambda m: None)
+    out = perf.tables(tmp_path / "b", 40, chunk=7, json_limit=40)
+    row = out["pillars"]["toy"]
+    assert row["records"] == 40 and row["rows"] == 40  # the 1,000 new come after the count
+    for step in ("polars_read_fragments_s", "aggregate_fragments_s", "aggregate_nothing_new_s",
+                 "aggregate_1000_new_s", "board_s", "polars_read_json_s",
+                 "aggregate_full_json_s"):  # fmt: skip
+        assert row[step] >= 0.0, step
+    assert out["all_pillars"]["board_s"] == row["board_s"]
