@@ -1,0 +1,1 @@
+"""Our methods against published peers, timed in one process (see docs/performance.md)."""
