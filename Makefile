@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CORES ?= 2
 STAMP := $(VENV)/.sparsebench-installed
 
-.PHONY: bench test test-slow install lint clean-results oracles mutants bench-sparse-training slurm-up slurm-down test-slurm
+.PHONY: bench test test-slow install lint clean-results oracles mutants bench-sparse-training bench-peers slurm-up slurm-down test-slurm
 
 install: $(STAMP)
 
@@ -76,6 +76,22 @@ bench-sparse-training: $(STAMP)
 	$(COMPILE)
 	$$(test -x $(ORACLES)/bin/python && echo $(ORACLES)/bin/python || echo $(PY)) \
 		-m sparsebench.kernels.bench_training --out results/sparse_training $(BENCH_ARGS)
+
+# Our methods against published peers (docs/performance.md): merging vs FusionBench, SAE
+# training vs SAELens and dictionary_learning, values-only steps vs SparseProp, one thread,
+# interleaved; about 10 minutes on 2 cores. The peers (the `peers` extra: the oracles and
+# dictionary-learning) go into .venv-oracles; writes results/peers/ (peers.json with the
+# commit, board.md, board.csv, ratios.png). BENCH_ARGS=--quick: a smoke run; e.g.
+# BENCH_ARGS='--before docs/data/peers-before.json' adds the before/after table.
+PEER_STAMP := $(ORACLES)/.sparsebench-peers-installed
+
+$(PEER_STAMP): $(ORACLE_STAMP)
+	$(ORACLES)/bin/python -m pip install --quiet --no-build-isolation -c $(ORACLES)/torch-pins.txt -e '.[peers]'
+	touch $@
+
+bench-peers: $(PEER_STAMP)
+	$(COMPILE)
+	$(ORACLES)/bin/python -m benchmarks.peers --out results/peers $(BENCH_ARGS)
 
 # A one-node SLURM on this machine (root, Debian's slurmctld slurmd slurm-client munge), to
 # try profiles/slurm; its configuration goes to /etc/slurm/slurm.conf and is removed by down.
