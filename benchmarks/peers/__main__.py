@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     write_json_atomic(out / "peers.json", result)
     board.frame(rows).write_csv(out / "board.csv")
-    title = f"ours ÷ peer, commit {result['commit']}, one thread ({result['machine']})"
+    title = f"ours ÷ peer, median CPU time at one thread; commit {result['commit'][:8]}"
     board.plot(rows, out / "ratios.png", title)
     text = [
         f"# Peers at {result['commit']} ({result['date']}, {result['machine']})",

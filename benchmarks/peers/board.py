@@ -119,21 +119,29 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def before_after(before: Sequence[dict[str, Any]], after: Sequence[Row]) -> str:
-    """docs/performance.md's table: per (case, peer) the ratio ours ÷ peer before (a results
-    JSON's rows) and after (this run), and our own median CPU time before ÷ after."""
-    old = {(r["case"], r["peer"].split(" ")[0]): Row.from_json(r) for r in before}
+def before_after(before: Sequence[dict[str, Any]], after: Sequence[Row] = ()) -> str:
+    """docs/performance.md's table: per row of the earlier run (a results JSON's rows), our and
+    the peer's median CPU time and the ratio ours ÷ peer before, and after (this run; "–"
+    where it has no such row), and how much faster ours got (before ÷ after)."""
+    new = {(r.case, r.peer.split(" ")[0]): r for r in after}
     lines = [
-        "| comparison | case | peer | ours ÷ peer before | after | ours CPU before "
-        "| after | speed-up of ours |",
+        "| comparison | case | peer | before: ours / peer (median CPU) | ours ÷ peer "
+        "| after: ours / peer | ours ÷ peer | ours before ÷ after |",
         "|" + "---|" * 8,
     ]
-    for r in after:
-        b = old.get((r.case, r.peer.split(" ")[0]))
-        ob = b.ours_cpu_median if b else None
+    for raw in before:
+        b = Row.from_json(raw)
+        a = new.get((b.case, b.peer.split(" ")[0]))
+        peer_b = _seconds(b.peer_cpu_median) if b.peer_cpu_median is not None else b.status
+        after_cells = "– | – | –"
+        if a is not None:
+            peer_a = _seconds(a.peer_cpu_median) if a.peer_cpu_median is not None else a.status
+            after_cells = (
+                f"{_seconds(a.ours_cpu_median)} / {peer_a} | {_x(a.ratio_median)} | "
+                f"{_x(ratio(b.ours_cpu_median, a.ours_cpu_median))}"
+            )
         lines.append(
-            f"| {r.group} | {r.case} | {r.peer} | {_x(b.ratio_median if b else None)} | "
-            f"{_x(r.ratio_median)} | {_seconds(ob)} | {_seconds(r.ours_cpu_median)} | "
-            f"{_x(ratio(ob, r.ours_cpu_median))} |"
+            f"| {b.group} | {b.case} | {b.peer} | {_seconds(b.ours_cpu_median)} / {peer_b} | "
+            f"{_x(b.ratio_median)} | {after_cells} |"
         )
     return "\n".join(lines)
