@@ -7,6 +7,7 @@ import gc
 import importlib
 import importlib.metadata
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -223,8 +224,12 @@ def peak_in_child(module: str, function: str, **kwargs: Any) -> float | None:
         "from benchmarks.peers.harness import unshadow; unshadow(); "
         f"print(json.dumps(m.{function}(**json.loads(sys.argv[1]))))"
     )
+    # glibc's allocator raises its mmap threshold as large blocks are freed and then keeps
+    # freed memory resident, which a later allocation reuses unseen: a fixed threshold keeps
+    # every tensor-sized block mmapped, returned when freed, so the resident set is live memory
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
     proc = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(kwargs)], capture_output=True, text=True
+        [sys.executable, "-c", code, json.dumps(kwargs)], capture_output=True, text=True, env=env
     )
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:]
