@@ -82,8 +82,9 @@ def sweep_label(method: str, params_json: str | None) -> str:
 def with_sweep(runs: pl.DataFrame) -> pl.DataFrame:
     """``runs`` with the column ``sweep`` (:func:`sweep_label`)."""
     pj = runs["params_json"] if "params_json" in runs.columns else [None] * runs.height
-    labels = [sweep_label(m, p) for m, p in zip(runs["method"], pj, strict=True)]
-    return runs.with_columns(pl.Series("sweep", labels, dtype=pl.String))
+    pairs = list(zip(runs["method"], pj, strict=True))
+    label = {pair: sweep_label(*pair) for pair in dict.fromkeys(pairs)}  # once per setting
+    return runs.with_columns(pl.Series("sweep", [label[p] for p in pairs], dtype=pl.String))
 
 
 def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
@@ -129,33 +130,42 @@ def matched_l0(runs: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
     for (source, hp, width, method, sweep), g in ok.group_by(
         "activations", "hookpoint", "width", "method", "sweep", maintain_order=True
     ):
-        seeds = sorted(set(g["seed"].to_list()))
+        points = _per_seed(g)
         for t in targets:
             row = {"activations": source, "hookpoint": hp, "width": width, "method": method,
                    "sweep": sweep, "target_l0": float(t)}  # fmt: skip
-            row |= _read_at(g, seeds, float(t))
+            row |= _read_at(points, float(t))
             rows.append(row)
     out = pl.DataFrame(rows, schema=schema)
     return noise_ranks(out, "fvu", "fvu_std", "n_seeds", ["activations", "width", "target_l0"],
                        higher_better=False)  # fmt: skip
 
 
-def _read_at(g: pl.DataFrame, seeds: list, t: float) -> dict:
-    """The metrics of one sweep ``g`` (rows of every seed) at L0 = t (:func:`matched_l0`)."""
+def _per_seed(g: pl.DataFrame) -> list[tuple[list, dict[str, list]]]:
+    """One sweep's points per seed (in seed order): its L0s and each matched metric's values,
+    split once for every target."""
+    cols = [c for c in MATCHED if c in g.columns]
+    g = g.select("seed", pl.col("l0", *cols).cast(pl.Float64))
+    out = []
+    for _, pts in sorted(g.partition_by("seed", as_dict=True).items()):
+        out.append((pts["l0"].to_list(), {c: pts[c].to_list() for c in cols}))
+    return out
+
+
+def _read_at(points: list[tuple[list, dict[str, list]]], t: float) -> dict:
+    """The metrics of one sweep (:func:`_per_seed`'s points) at L0 = t (:func:`matched_l0`)."""
     per_seed = []
-    for seed in seeds:
-        pts = g.filter(pl.col("seed") == seed)
-        xs = pts["l0"].cast(pl.Float64).to_list()
+    for xs, ys in points:
         try:
-            fvu = value_at(xs, pts["fvu"].cast(pl.Float64).to_list(), t)
+            fvu = value_at(xs, ys["fvu"], t)
         except ValueError:  # two settings at one L0: no single reading
             continue
         if fvu is None:
             continue
         got = {"fvu": fvu}
         for c in MATCHED[1:]:
-            if c in pts.columns:
-                got[c] = value_at(xs, pts[c].cast(pl.Float64).to_list(), t)
+            if c in ys:
+                got[c] = value_at(xs, ys[c], t)
         per_seed.append(got)
     out: dict = {"n_seeds": len(per_seed)}
     if not per_seed:
