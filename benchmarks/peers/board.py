@@ -18,7 +18,7 @@ PLACEHOLDERS = (
         "records at scale (read, filter, aggregate)",
         "sparsebench.suite.tables",
         "polars",
-        status="pending: measured by benchmarks/records_scale.py (not yet present)",
+        status="pending: python -m benchmarks.records_scale --out R.json, then --include R.json",
     ),
 )
 
