@@ -5,6 +5,9 @@ Lightning is imported inside the functions, so importing this module costs nothi
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -49,3 +52,20 @@ def quiet_trainer(**overrides: Any) -> pl.Trainer:
 
         settings["logger"] = CSVLogger(save_dir=str(folder), name="", version="")
     return pl.Trainer(**settings)
+
+
+@contextmanager
+def runtime_cuda_check() -> Iterator[None]:
+    """Within it, ``torch.cuda.is_available()`` asks the CUDA runtime, which torch caches,
+    instead of NVML. Lightning sets ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` when imported (a check
+    that leaves the process free to fork), and torch's Adam asks that question at every
+    ``step()``: through NVML it loads and initialises the library again each time, about
+    0.2-0.9 ms a step on a CPU job, as long as a small SAE's whole step. Meant around
+    ``Trainer.fit``: a fit forks nothing, and on a GPU CUDA is initialised by then anyway."""
+    name = "PYTORCH_NVML_BASED_CUDA_CHECK"
+    saved = os.environ.pop(name, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[name] = saved

@@ -47,12 +47,16 @@ class SAEOutput:
         z: latent activations, shape (n, m) (signed for a signed SAE).
         loss: scalar training loss (differentiable).
         parts: its named terms (``mse``, ``sparsity``, ``aux``...), detached scalars.
+        fired: boolean (m,) of the latents active on some token of the batch, where the
+            architecture has it cheaper than from z (TopK: from the kept indices); None: the
+            training loop reads it from z.
     """
 
     x_hat: torch.Tensor
     z: torch.Tensor
     loss: torch.Tensor
     parts: dict[str, torch.Tensor] = field(default_factory=dict)
+    fired: torch.Tensor | None = None
 
 
 @dataclass

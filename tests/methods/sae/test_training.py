@@ -171,3 +171,64 @@ def test_an_sae_without_thresholds_has_one_group():
     sae = TopK(8, 16, TopK.Params(k=2), seed=0)
     [group] = sae.param_groups(1e-3)
     assert group["lr"] == 1e-3 and len(group["params"]) == len(list(sae.parameters()))
+
+
+@pytest.mark.parametrize("n", [24, 25])
+def test_batch_blocks_are_the_batches_lightning_takes_from_the_loader(n):
+    """BatchBlocks, flattened, against what Lightning's own loop feeds a module from the
+    loader itself (one batch per step) over about 3 epochs, whole batches only (where an
+    exhausting ``next`` would draw an unused permutation) or a partial last one: the same
+    tensors in the same order."""
+    import lightning.pytorch as pl
+    from torch.utils.data import TensorDataset
+
+    from sparsebench.methods.sae.training import BatchBlocks
+    from sparsebench.suite.data import batch_loader
+    from sparsebench.suite.lightning import quiet_trainer
+
+    x = torch.arange(2.0 * n).reshape(n, 2)  # batches of 4: 6 or 7 an epoch
+
+    class Record(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))
+            self.seen: list[torch.Tensor] = []
+
+        def training_step(self, batch, batch_idx):
+            self.seen.append(batch[0].clone())
+            return self.w * 0.0
+
+        def configure_optimizers(self):
+            return torch.optim.SGD([self.w], lr=0.1)
+
+    steps = 18
+    ref = Record()
+    loader = batch_loader(TensorDataset(x), 4, torch.Generator().manual_seed(5))
+    quiet_trainer(max_steps=steps, max_epochs=-1).fit(ref, loader)
+    loader = batch_loader(TensorDataset(x), 4, torch.Generator().manual_seed(5))
+    blocks = list(BatchBlocks(loader, steps, 5))
+    assert [len(b) for b in blocks] == [5, 5, 5, 3]
+    ours = [batch[0] for block in blocks for batch in block]
+    assert len(ours) == len(ref.seen) == steps
+    for a, b in zip(ours, ref.seen, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_steps_per_lightning_call_change_nothing(data, monkeypatch):
+    """One optimiser step per Lightning step or several (the default block): the same SAE,
+    dead counts and loss parts, bit for bit (steps not a multiple of the block, AuxK on)."""
+    from sparsebench.methods.sae import training
+
+    x, _ = data
+    cfg = TrainConfig(steps=45, batch_size=200, dead_window=1000)
+    runs = []
+    for per_call in (1, training.STEPS_PER_CALL, 7):
+        monkeypatch.setattr(training, "STEPS_PER_CALL", per_call)
+        res = train_sae(TopK(CFG.d, 256, TopK.Params(k=4), seed=1), x, cfg, seed=1)
+        runs.append(res)
+    assert runs[0].parts["aux"] > 0  # AuxK had dead latents to work on
+    for other in runs[1:]:
+        for p, q in zip(runs[0].sae.parameters(), other.sae.parameters(), strict=True):
+            assert torch.equal(p, q)
+        assert torch.equal(runs[0].since_fire, other.since_fire)
+        assert runs[0].parts == other.parts and runs[0].tokens == other.tokens
