@@ -9,18 +9,23 @@ import torch
 
 from sparsebench.suite.registry import register
 
+from .base import SparseLatents
 from .topk import TopK
 
 
+def batch_topk_code(pre: torch.Tensor, k: int) -> SparseLatents:
+    """ReLU(pre) with only the k · n largest entries of the whole (n, m) batch kept, as flat
+    (value, latent, token) entries in token order; k per token on average, any number on one
+    token."""
+    n, m = pre.shape
+    flat = torch.relu(pre).reshape(-1)
+    idx = torch.topk(flat, min(k * n, flat.numel()), sorted=False).indices.sort().values
+    return SparseLatents(flat[idx], idx % m, n, m, rows=idx // m)
+
+
 def batch_topk(pre: torch.Tensor, k: int) -> torch.Tensor:
-    """ReLU(pre) with only the k · n largest entries of the whole (n, m) batch kept (ties: the
-    lowest flat index first); k per token on average, any number on one token."""
-    acts = torch.relu(pre)
-    n_keep = min(k * pre.shape[0], acts.numel())
-    flat = acts.reshape(-1)
-    idx = torch.topk(flat, n_keep, sorted=False).indices
-    out = torch.zeros_like(flat).scatter_(0, idx, flat[idx])
-    return out.reshape(acts.shape)
+    """The dense (n, m) z of :func:`batch_topk_code`."""
+    return batch_topk_code(pre, k).dense()
 
 
 THRESHOLD_RULES = ("calibrated", "ema")
@@ -94,6 +99,12 @@ class BatchTopK(TopK):
         super().__init__(d_in, width, params, seed)
         self.register_buffer("threshold", torch.tensor(math.nan))
 
+    def sparse_code(self, pre: torch.Tensor) -> SparseLatents:
+        """The batch rule in training (or before θ is set), else ReLU(pre) · 1[pre > θ]."""
+        if self.training or torch.isnan(self.threshold):
+            return batch_topk_code(pre, self.params.k)
+        return SparseLatents.from_dense(torch.relu(pre) * (pre > self.threshold))
+
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         if self.training or torch.isnan(self.threshold):
             return batch_topk(pre, self.params.k)
@@ -106,9 +117,9 @@ class BatchTopK(TopK):
             self.threshold.fill_(calibrated_threshold(self.pre_acts(x), self.params.k))
 
     @torch.no_grad()
-    def observe(self, z: torch.Tensor) -> None:
+    def observe(self, code: SparseLatents) -> None:
         """Move the inference threshold toward this batch's smallest kept activation."""
-        kept = z[z > 0]
+        kept = code.values[code.values > 0]
         if kept.numel() == 0:
             return
         low = kept.min()

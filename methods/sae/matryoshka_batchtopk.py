@@ -8,7 +8,7 @@ import torch
 
 from sparsebench.suite.registry import register
 
-from .base import mse
+from .base import SparseLatents, mse
 from .batchtopk import BatchTopK
 
 
@@ -64,12 +64,30 @@ class MatryoshkaBatchTopK(BatchTopK):
     def matmuls(self) -> float:  # the encoder and one decoding per prefix
         return 1 + sum(self.prefixes) / self.width
 
+    def sparse_path(self) -> bool:
+        # a gather per prefix, where the dense products cover Σ m_k / m of the width
+        return self.decodes_sparsely(
+            self.params.k * len(self.prefixes) * self.width / sum(self.prefixes)
+        )
+
     def prefix_reconstructions(self, z: torch.Tensor) -> list[torch.Tensor]:
         """x̂ from the first m_k latents alone, for every prefix, each (n, d)."""
         return [z[:, :m] @ self.W_dec[:m] + self.b_dec for m in self.prefixes]
 
-    def reconstruction(self, x: torch.Tensor, z: torch.Tensor):
-        """(full x̂, mean over prefixes of ‖x − x̂_{≤m_k}‖², the prefix losses' mean)."""
-        recs = self.prefix_reconstructions(z)
+    def sparse_prefix_reconstructions(self, code: SparseLatents) -> list[torch.Tensor]:
+        """:meth:`prefix_reconstructions` gathered from the active latents alone: prefix m_k
+        weighs the entries of latents beyond it by 0."""
+        return [
+            code.decode(self.W_dec, None if m == self.width else code.indices < m) + self.b_dec
+            for m in self.prefixes
+        ]
+
+    def reconstruction(self, x: torch.Tensor, code: SparseLatents, z: torch.Tensor | None):
+        """(full x̂, mean over prefixes of ‖x − x̂_{≤m_k}‖², the prefix losses' mean); from z
+        when given, else gathered from ``code``."""
+        if z is not None:
+            recs = self.prefix_reconstructions(z)
+        else:
+            recs = self.sparse_prefix_reconstructions(code)
         losses = torch.stack([mse(x, r) for r in recs])
         return recs[-1], losses.mean(), {"prefix_mse": losses.mean().detach()}

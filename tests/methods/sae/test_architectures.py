@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from sparsebench.methods.sae.base import TrainState
+from sparsebench.methods.sae.base import SparseLatents, TrainState
 from sparsebench.methods.sae.batchtopk import BatchTopK, batch_topk, calibrated_threshold
 from sparsebench.methods.sae.gated import Gated
 from sparsebench.methods.sae.jumprelu import JumpReLU, JumpReLUFn, StepFn
@@ -224,7 +224,8 @@ def test_matryoshka_loss_is_the_mean_of_its_prefix_losses_by_hand():
     with torch.no_grad():
         sae.W_dec.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]))
     x = torch.tensor([[3.0, 0.0]])
-    x_hat, loss, parts = sae.reconstruction(x, torch.tensor([[1.0, 0.0, 2.0, 0.0]]))
+    z = torch.tensor([[1.0, 0.0, 2.0, 0.0]])
+    x_hat, loss, parts = sae.reconstruction(x, SparseLatents.from_dense(z), z)
     assert x_hat.tolist() == [[3.0, 0.0]]
     assert float(loss) == pytest.approx(2.0)
     assert float(parts["prefix_mse"]) == pytest.approx(2.0)

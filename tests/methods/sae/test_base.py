@@ -9,7 +9,7 @@ import torch
 from sparsebench.methods.sae.base import check_params, section_widths, warmup
 from sparsebench.methods.sae.jumprelu import JumpReLU
 from sparsebench.methods.sae.synthetic import SyntheticConfig, frequencies, sample, true_dictionary
-from sparsebench.methods.sae.topk import TopK, default_k_aux, top_mask
+from sparsebench.methods.sae.topk import TopK, default_k_aux
 
 
 def test_init_is_unit_rows_tied_encoder_zero_biases_and_a_function_of_the_seed():
@@ -70,7 +70,7 @@ def test_learning_rate_follows_the_width_rule():
     assert TopK(2, 4, TopK.Params(k=1, lr=0.3)).learning_rate() == 0.3
 
 
-def test_warmup_and_k_aux_and_top_mask_by_hand():
+def test_warmup_and_k_aux_and_the_topk_code_by_hand():
     assert (warmup(0.05, 0.1), warmup(0.1, 0.1), warmup(0.5, 0.1), warmup(0.0, 0.0)) == (
         pytest.approx(0.5), 1.0, 1.0, 1.0,
     )  # fmt: skip
@@ -78,9 +78,12 @@ def test_warmup_and_k_aux_and_top_mask_by_hand():
     assert [default_k_aux(d) for d in (64, 12, 1, 3)] == [32, 8, 1, 2]
     assert TopK(12, 16, TopK.Params(k=1)).k_aux() == 8
     assert TopK(12, 16, TopK.Params(k=1, k_aux=3)).k_aux() == 3
-    pre = torch.tensor([[0.1, 3.0, -1.0, 2.0], [5.0, 4.0, 6.0, -2.0]])
-    assert top_mask(pre, 2).tolist() == [[False, True, False, True], [True, False, True, False]]
-    assert top_mask(pre, 9).all()  # k beyond the width: every entry
+    pre = torch.tensor([[0.5, 3.0, -1.0, 2.0], [5.0, 4.0, 6.0, -2.0]])
+    code = TopK(2, 4, TopK.Params(k=2)).sparse_code(pre)  # the 2 largest of each row, ReLU'd
+    assert code.dense().tolist() == [[0.0, 3.0, 0.0, 2.0], [5.0, 0.0, 6.0, 0.0]]
+    assert code.fired().tolist() == [True, True, True, True]
+    wide = TopK(2, 4, TopK.Params(k=4)).sparse_code(pre)  # all: the negative ones kept at 0
+    assert wide.dense().tolist() == [[0.5, 3.0, 0.0, 2.0], [5.0, 4.0, 6.0, 0.0]]
 
 
 def test_synthetic_frequencies_and_validation_by_hand():
