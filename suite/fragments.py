@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,9 +75,12 @@ def append(pillar_folder: str | Path, entry: Entry) -> None:
     ) + "\n"  # fmt: skip
     path = manifest_of(pillar_folder)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         _lock(fd)  # released by close
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a writer died mid-line: end it
+            line = "\n" + line
         os.write(fd, line.encode("utf-8"))
         os.fsync(fd)
     finally:
@@ -91,14 +95,13 @@ def write(
     refuse), the line names the records without a file: the aggregation reads their JSON and
     reports the error there. Returns the entry appended."""
     from sparsebench.suite.atomic import write_atomic
-    from sparsebench.suite.frames import TableError
     from sparsebench.suite.tables import collect
 
     root = Path(pillar_folder)
     sources = tuple(Path(p).relative_to(root).as_posix() for p in records)
     try:
         frame = collect(pillar, records, root)
-    except (TableError, OSError, ValueError):
+    except Exception:  # noqa: BLE001 - any record the table cannot type: its JSON tells why
         entry = Entry(None, None, 0, sources)
     else:
         name = f"{_safe(stem)}.{os.getpid()}.{_next()}.parquet"
@@ -122,37 +125,50 @@ def _safe(stem: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in stem)[:80] or "cells"
 
 
+MARK_BYTES = 4096  # how much of the manifest before an offset identifies it
+
+
 @dataclass(frozen=True)
 class Tail:
     """Manifest lines from a byte offset on: the entries, the offset after the last complete
-    line, and the identity of the manifest (the digest of its first line)."""
+    line, and the mark of the manifest up to there (:func:`_mark`)."""
 
     entries: list[Entry]
     end: int
     head: str | None
 
 
+def _mark(f, offset: int) -> str:
+    """The digest of the manifest's first line and of the bytes just before ``offset``: a
+    manifest rewritten, shortened or replaced since does not match."""
+    f.seek(0)
+    first = f.readline(1 << 20)
+    f.seek(max(0, offset - MARK_BYTES))
+    before = f.read(offset - max(0, offset - MARK_BYTES))
+    return hashlib.sha256(first + b"\0" + before).hexdigest()
+
+
 def read(pillar_folder: str | Path, offset: int = 0, head: str | None = None) -> Tail | None:
     """The manifest's complete lines after ``offset``; None when there is no manifest or when
-    it is not the manifest ``head`` identified (rewritten or shortened: read it all again)."""
+    it is not, up to ``offset``, the manifest ``head`` marked (rewritten or shortened: read it
+    all again)."""
     path = manifest_of(pillar_folder)
     try:
         f = open(path, "rb")
     except FileNotFoundError:
         return None
     with f:
-        first = f.readline()
-        ident = hashlib.sha256(first).hexdigest() if first.endswith(b"\n") else None
         size = os.fstat(f.fileno()).st_size
-        if offset and (ident != head or offset > size):
+        if offset and (offset > size or _mark(f, offset) != head):
             return None
         f.seek(offset)
         data = f.read()
-    complete = data[: data.rfind(b"\n") + 1]  # a line being appended right now waits
-    return Tail(list(_entries(complete)), offset + len(complete), ident)
+        complete = data[: data.rfind(b"\n") + 1]  # a line being appended right now waits
+        end = offset + len(complete)
+        return Tail(list(_entries(complete, path)), end, _mark(f, end))
 
 
-def _entries(data: bytes) -> Iterator[Entry]:
+def _entries(data: bytes, path: Path) -> Iterator[Entry]:
     for line in data.splitlines():
         if not line.strip():
             continue
@@ -160,5 +176,8 @@ def _entries(data: bytes) -> Iterator[Entry]:
             d = json.loads(line)
             yield Entry(d.get("file"), d.get("sha256"), int(d.get("rows") or 0),
                         tuple(d["sources"]))  # fmt: skip
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn line (a writer killed mid-write): its records have JSON
+        except (ValueError, KeyError, TypeError, AttributeError):
+            # a line a killed writer left unfinished: its records keep their JSON, which a
+            # listed or full aggregation reads
+            print(f"warning: {path}: skipped an unreadable manifest line ({line[:60]!r})",
+                  file=sys.stderr)  # fmt: skip

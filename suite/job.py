@@ -198,6 +198,7 @@ def run_batch(
         traceback.print_exc(file=sys.stderr)
         state, prepare_error = None, f"{type(e).__name__} in set-up: {e}"
     chunk = _Chunk(pillar, paths.pillar_dir(spec.benchmark, pillar.name, root))
+    chunk.announce([paths.record(spec.benchmark, pillar.name, c.id, root) for c in cells])
     try:
         for i, cell in enumerate(cells, 1):
             out = paths.record(spec.benchmark, pillar.name, cell.id, root)
@@ -217,8 +218,8 @@ def run_batch(
 
 class _Chunk:
     """The records a batch wrote since its last fragment: a fragment every :data:`FLUSH_S`
-    seconds and at the end, so that a long batch killed outright (no ``finally``) loses at most
-    that much of its fragments (its JSON records stand: a full aggregation reads them)."""
+    seconds and at the end. A batch killed outright (no ``finally``) leaves its last records
+    without a fragment: its opening line (:meth:`announce`) has them read from JSON."""
 
     FLUSH_S = 30.0
 
@@ -226,6 +227,15 @@ class _Chunk:
         self.pillar, self.folder = pillar, folder
         self.pending: list[Path] = []
         self.since = time.monotonic()
+
+    def announce(self, records: Sequence[Path]) -> None:
+        """A manifest line without a file naming every record the batch may write: until a
+        fragment holds them, the tables read them from JSON, so a batch killed outright (no
+        fragment for its last cells) never leaves an earlier run's rows showing."""
+        if records:
+            root = Path(self.folder)
+            sources = tuple(Path(r).relative_to(root).as_posix() for r in records)
+            fragments.append(root, fragments.Entry(None, None, 0, sources))
 
     def add(self, record: Path) -> None:
         self.pending.append(record)

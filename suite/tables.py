@@ -1,12 +1,14 @@
 """Records -> validated runs table (incremental) -> every pillar's board and ``summary.md``.
 
-:func:`aggregate` reads a pillar's JSON records into one typed polars frame (the common columns
-and the pillar's, with their dtypes; other keys with inferred dtypes), validates it with the
-pillar's pandera model and writes ``runs.parquet`` atomically. It is incremental: the table
-keeps each row's record file (``source``, relative to the pillar folder) with the file's size
-and modification time, and a rebuild re-reads only records that are new or changed (one
-``stat`` per record otherwise); rows of records that are gone are dropped. Boards are a
-function of ``runs.parquet`` alone (:func:`write_boards`).
+:func:`aggregate` reads a pillar's rows from its fragments (:mod:`sparsebench.suite.fragments`,
+the manifest lines added since the last table) and from the JSON records where no intact
+fragment holds them, into one typed polars frame (the common columns and the pillar's, with
+their dtypes; other keys with inferred dtypes), validates the rows read now with the pillar's
+pandera model and writes ``runs.parquet`` atomically. The table keeps each row's record file
+(``source``, relative to the pillar folder), its stat and its fragment; rows read from JSON are
+read again when their record's stat changes; a full aggregation reads every JSON record. Boards
+are a function of ``runs.parquet`` alone (:func:`write_boards`), with the side tables the
+aggregation keeps beside it.
 """
 
 from __future__ import annotations
@@ -210,13 +212,13 @@ def aggregate(
     old = _read_previous(cache) if incremental else None
     state = _read_state(cache) if old is not None else None
     tail = fragments.read(root, state["offset"], state.get("head")) if state else None
-    if old is not None and tail is None:  # no state, or another manifest: trust no fragment row
-        old = old.filter(pl.col(FRAGMENT).is_null()) if FRAGMENT in old.columns else old
+    filtered = False
+    if tail is None:
+        if old is not None and FRAGMENT in old.columns:  # another manifest: no fragment row
+            old, filtered = old.filter(pl.col(FRAGMENT).is_null()), True
         tail = fragments.read(root)
-    elif old is None:
-        tail = fragments.read(root)
-    if records is None and (tail is None or not incremental) and old is None:
-        records = paths.find_records(root)  # the folder is the list
+        if records is None:  # no manifest read so far: the folder is the list (once)
+            records = paths.find_records(root)
     expected = None if records is None else [_rel(p, prefix) for p in records]
     if expected is not None and not expected:
         raise TableError(
@@ -275,9 +277,8 @@ def aggregate(
                 pl.lit(None, pl.String).alias(FRAGMENT)
             )
         )
-    if old is not None and not parts and keep is not None and keep.height == old.height:
+    if old is not None and not filtered and not parts and keep.height == old.height:
         _publish(cache, out_parquet)  # nothing new, changed or removed: the table stands
-        _write_state(cache, tail)
         return old
     new = pl.concat(parts, how="diagonal_relaxed") if parts else None
     if new is None and (keep is None or keep.height == 0):
@@ -294,8 +295,8 @@ def aggregate(
     runs = runs.sort(SOURCE, maintain_order=True)
     _validate(pillar, root, runs, new)
     _write_sides(pillar, out_parquet, runs, keep if old is not None else None, new)
-    write_atomic(cache, runs.write_parquet)
-    _write_state(cache, tail)
+    state = _state(tail)  # in the cache's own metadata: one atomic file holds both
+    write_atomic(cache, lambda p: runs.write_parquet(p, metadata=state))
     _publish(cache, out_parquet)
     return runs
 
@@ -388,9 +389,19 @@ def verify(pillar: Pillar | str, pillar_folder: Path) -> dict[str, list[str]]:
     held = {s for part in parts for s in part.get_column(SOURCE).to_list()}
     exists = set(on_disk)
     both = [s for s in on_disk if s in held]
-    truth = collect(pillar, [prefix + s for s in both], root) if both else pl.DataFrame()
     differ: list[str] = []
-    if both:
+    try:
+        truth = collect(pillar, [prefix + s for s in both], root) if both else pl.DataFrame()
+    except TableError:  # a record the table refuses: it differs; the others are compared
+        frames = []
+        for s in list(both):
+            try:
+                frames.append(collect(pillar, [prefix + s], root))
+            except TableError:
+                differ.append(s)
+                both.remove(s)
+        truth = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+    if both and truth.height:
         wanted = set(both)
         skip = {*STAT_KEY, FRAGMENT}
 
@@ -404,7 +415,7 @@ def verify(pillar: Pillar | str, pillar_folder: Path) -> dict[str, list[str]]:
             return out
 
         a, b = rows_of(parts), rows_of([truth])
-        differ = [s for s in both if s in wanted and a.get(s) != b.get(s)]
+        differ += [s for s in both if s in wanted and a.get(s) != b.get(s)]
     return {
         "differ": differ,
         "not_in_fragments": [s for s in on_disk if s not in held],
@@ -483,24 +494,21 @@ def _changed(root: Path, rows: pl.DataFrame) -> list[str]:
     return out
 
 
-def _state_path(cache: Path) -> Path:
-    return cache.with_suffix(".json")
+STATE = "sparsebench_manifest"  # the cache's metadata key: how far it read the manifest
 
 
 def _read_state(cache: Path) -> dict[str, Any] | None:
-    """How far the cache has read the manifest: its byte offset and the manifest's identity."""
+    """How far the cache has read the manifest: its byte offset and the manifest's mark."""
     try:
-        state = json.loads(_state_path(cache).read_text())
-        return state if isinstance(state.get("offset"), int) else None
-    except (OSError, ValueError, AttributeError):
+        state = json.loads(pl.read_parquet_metadata(cache).get(STATE) or "null")
+        return state if isinstance(state, dict) and isinstance(state.get("offset"), int) else None
+    except (OSError, ValueError, pl.exceptions.PolarsError):
         return None
 
 
-def _write_state(cache: Path, tail) -> None:
-    # Written after the cache: a crash between the two re-applies lines the cache already
-    # holds, which changes nothing (the last line of a record decides its rows).
-    state = {"offset": tail.end, "head": tail.head} if tail is not None else {"offset": 0}
-    write_atomic(_state_path(cache), json.dumps(state))
+def _state(tail) -> dict[str, str]:
+    offset, head = (tail.end, tail.head) if tail is not None else (0, None)
+    return {STATE: json.dumps({"offset": offset, "head": head})}
 
 
 def _read_previous(path: Path) -> pl.DataFrame | None:
@@ -508,7 +516,7 @@ def _read_previous(path: Path) -> pl.DataFrame | None:
     if not path.is_file():
         return None
     try:
-        old = pl.read_parquet(path)
+        old = pl.read_parquet(path, glob=False)  # a folder named like a pattern: no siblings
     except (OSError, pl.exceptions.PolarsError):
         return None
     return old if set(STAT_KEY) <= set(old.columns) else None

@@ -46,8 +46,9 @@ def reads(monkeypatch) -> list[str]:
 def test_a_batch_writes_one_fragment_whose_rows_are_its_records(tmp_path, reads):
     folder = _run(tmp_path, [1, 2, -1])
     tail = fragments.read(folder)
-    assert tail is not None and len(tail.entries) == 1
-    [entry] = tail.entries
+    assert tail is not None and len(tail.entries) == 2
+    opening, entry = tail.entries  # the batch's records named first, then their fragment
+    assert opening.file is None and sorted(opening.sources) == sorted(entry.sources)
     assert sorted(entry.sources) == ["runs/v-1/record.json", "runs/v1/record.json",
                                      "runs/v2/record.json"]  # fmt: skip
     assert entry.rows == 3 and entry.sha256 == fragments.digest(folder / "fragments" / entry.file)
@@ -82,7 +83,7 @@ def test_only_new_lines_are_read_and_the_last_line_of_a_record_decides(tmp_path,
 
 def test_a_missing_or_altered_fragment_falls_back_to_its_records(tmp_path, reads):
     folder = _run(tmp_path, [1, 2])
-    [entry] = fragments.read(folder).entries
+    entry = fragments.read(folder).entries[-1]
     path = folder / "fragments" / entry.file
     path.write_bytes(path.read_bytes()[:-1] + b"x")  # bytes that are not the digest's
     reads.clear()
@@ -168,10 +169,54 @@ def test_a_manifest_line_being_written_waits_and_a_torn_line_is_skipped(tmp_path
     with open(manifest, "ab") as f:
         f.write(b'{"file": "x.parquet", "sha')  # no newline yet: a writer mid-line
     tail = fragments.read(folder)
-    assert tail.end == size and len(tail.entries) == 1
-    with open(manifest, "ab") as f:
-        f.write(b"\n")
-    assert len(fragments.read(folder).entries) == 1  # the torn line is skipped
+    assert tail.end == size and len(tail.entries) == 2
+    # the writer died there: the next line starts on a line of its own, the torn one is skipped
+    fragments.append(folder, fragments.Entry(None, None, 0, ("runs/v1/record.json",)))
+    entries = fragments.read(folder).entries
+    assert len(entries) == 3 and entries[-1].sources == ("runs/v1/record.json",)
+
+
+def test_a_rerun_killed_outright_shows_its_json_not_the_earlier_rows(tmp_path):
+    import subprocess
+    import sys
+
+    folder = _run(tmp_path, [1, 2])
+    out = folder / "runs.parquet"
+    tables.aggregate(TOY, None, out)
+    code = (
+        "import tests.toy_pillar; from sparsebench.suite.job import run_batch; "
+        "from sparsebench.suite.pillar import get_pillar; "
+        "from sparsebench.suite.spec import validate; t = get_pillar('toy'); "
+        "s = validate({'benchmark': 'b', 'toy': {'values': [1, 99]}}, source='t'); "
+        f"run_batch(s, t, t.cells(s), root={str(tmp_path)!r}, progress=lambda m: None)"
+    )
+    root = Path(__file__).parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True)
+    assert done.returncode == 3, done.stderr  # os._exit in the cell of 99: no fragment written
+    fresh = json.loads((folder / "runs" / "v1" / "record.json").read_text())["started_at"]
+    runs = tables.aggregate(TOY, None, out)
+    assert runs.filter(pl.col("cell_id") == "v1")["started_at"].item() == fresh
+    assert sorted(runs["cell_id"]) == ["v1", "v2", "v99"]  # v99: its in-flight record
+
+
+def test_a_folder_named_like_a_pattern_reads_only_its_own_cache(tmp_path):
+    a = _run(tmp_path / "run[1]", [1])
+    b = _run(tmp_path / "run1", [5, 6])
+    for _ in range(2):
+        assert tables.aggregate(TOY, None, a / "runs.parquet")["cell_id"].to_list() == ["v1"]
+        assert tables.aggregate(TOY, None, b / "runs.parquet").height == 2
+
+
+def test_a_rewritten_manifest_is_read_again_from_the_folder(tmp_path):
+    folder = _run(tmp_path, [1, 2])
+    out = folder / "runs.parquet"
+    tables.aggregate(TOY, None, out)
+    manifest = fragments.manifest_of(folder)
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    manifest.write_bytes(lines[0])  # shortened: the table must not trust its offset
+    spec = validate({"benchmark": "b", "toy": {"values": [3]}}, source="t.yaml")
+    run_batch(spec, TOY, TOY.cells(spec), root=tmp_path, progress=lambda m: None)
+    assert sorted(tables.aggregate(TOY, None, out)["cell_id"]) == ["v1", "v2", "v3"]
 
 
 def test_side_tables_follow_the_runs_table_incrementally(tmp_path, monkeypatch):
@@ -206,3 +251,10 @@ def test_retry_failed_takes_the_removed_records_out_of_the_table(tmp_path, capsy
     assert "removing [failed]" in capsys.readouterr().out
     assert tables.aggregate(TOY, None, out)["cell_id"].to_list() == ["v1"]
     assert tables.verify(TOY, folder) == {"differ": [], "not_in_fragments": [], "gone": []}
+
+
+def test_verify_names_a_record_edited_into_one_the_table_refuses(tmp_path):
+    folder = _run(tmp_path, [1, 2])
+    record = folder / "runs" / "v1" / "record.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "threads": "two"}))
+    assert tables.verify(TOY, folder)["differ"] == ["runs/v1/record.json"]
