@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sparsebench.suite.memory import rss_mb
+
 IN_FEATURES, CLASSES, INTERVAL, FRACTION = 784, 10, 100, 0.3
 VARIANTS = ("dense", "dense_mask", "cpu", "sparse", "sparse_set", "sparse_rigl", "sparseprop")
 PHASES = ("forward", "backward", "optimizer", "topology")
@@ -227,14 +229,6 @@ def peak_memory(s: Setting, variant: str) -> float | None:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("/proc/self/status has no VmRSS")
-
-
 def _child_memory(setting: dict[str, Any], variant: str) -> float:
     s = Setting(**setting)
     x = torch.randn(s.batch, IN_FEATURES)
@@ -249,7 +243,7 @@ def _child_memory(setting: dict[str, Any], variant: str) -> float:
     Runner("sparse", Setting(0.5, 2, s.optimizer, 8)).step(x[:2, :], y[:2], update=False)
     from sparsebench.suite.memory import peak_mb, reset_peak
 
-    before = _rss_mb()
+    before = rss_mb()
     run = Runner(variant, s)
     # the peak of training, not of building the model (a values-only model is built dense
     # once, then converted): the peak restarts from the resident set after the build

@@ -60,7 +60,7 @@ def runtime_cuda_check() -> Iterator[None]:
     instead of NVML. Lightning sets ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` when imported (a check
     that leaves the process free to fork), and torch's Adam asks that question at every
     ``step()``: through NVML it loads and initialises the library again each time, about
-    0.2-0.9 ms a step on a CPU job, as long as a small SAE's whole step. Meant around
+    0.2-0.9 ms a step on a CPU job, as long as a small model's whole step. Meant around
     ``Trainer.fit``: a fit forks nothing, and on a GPU CUDA is initialised by then anyway."""
     name = "PYTORCH_NVML_BASED_CUDA_CHECK"
     saved = os.environ.pop(name, None)

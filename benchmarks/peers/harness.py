@@ -179,20 +179,11 @@ def interleave(variants: Sequence[Variant], repeats: int, warmup: int = 0) -> di
     return out
 
 
-def rss_mb() -> float:
-    """Resident set of this process (MiB), from /proc/self/status."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("/proc/self/status has no VmRSS")
-
-
 def extra_peak_mb(run: Callable[[], Any]) -> float:
     """Peak resident memory of ``run()`` above the resident set just before it (MiB): the
     kernel's high-water mark is reset first (suite/memory.py), so imports and inputs made
     before the call are not counted, what the call allocates (and frees) is."""
-    from sparsebench.suite.memory import peak_mb, reset_peak
+    from sparsebench.suite.memory import peak_mb, reset_peak, rss_mb
 
     gc.collect()
     before = rss_mb()
