@@ -68,3 +68,70 @@ def test_a_sweep_that_does_not_move_x_and_a_target_that_is_not_finite_are_refuse
     for bad in (math.inf, math.nan, -1.0):
         with pytest.raises(ValueError, match="finite number > 0"):
             value_at([4.0, 8.0], [0.3, 0.2], bad)
+
+
+def _groups() -> dict[int, tuple[list, list]]:
+    """Sweeps covering every branch of the rule: exact points, ends within and beyond the
+    tolerance, non-positive y (linear in y), skipped points (None, NaN, inf, x <= 0), a
+    shared x, one point, no usable point; plus random sweeps."""
+    import random
+
+    nan, inf = float("nan"), float("inf")
+    fixed = [
+        ([1.0, 2.0, 4.0], [0.5, 0.25, 0.125]),
+        ([4.0, 1.0, 2.0], [0.1, 0.0, -0.3]),
+        ([8.0, 16.0], [0.2, 0.1]),
+        ([4.02, 16.0], [0.2, 0.1]),  # 4 within 1 % of the low end
+        ([2.0, 3.96], [0.2, 0.1]),  # 4 within 1 % of the high end
+        ([4.5, 16.0], [0.2, 0.1]),  # beyond the tolerance
+        ([1.0, None, 8.0, -2.0, 0.0, inf], [0.4, 0.3, 0.1, 0.2, 0.2, 0.1]),
+        ([1.0, 5.0, 8.0], [0.4, nan, None]),
+        ([2.0, 2.0, 8.0], [0.4, 0.3, 0.1]),  # shared x: no single reading
+        ([4.0], [0.3]),
+        ([None, -1.0], [0.3, 0.2]),
+    ]
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.randint(1, 6)
+        xs = rng.sample([0.5, 1, 2, 3, 3.97, 4, 4.03, 5, 7, 8, 12, 16, 20], n)
+        ys = [rng.choice([None, rng.uniform(-0.2, 1.0), rng.uniform(0.01, 1.0)]) for _ in xs]
+        fixed.append(([float(x) for x in xs], ys))
+    return dict(enumerate(fixed))
+
+
+@pytest.mark.parametrize("t", [4.0, 8.0, 16.0, 3.0, 0.7])
+def test_values_at_reads_every_group_as_value_at_does(t):
+    import polars as pl
+
+    from sparsebench.suite.interpolate import values_at
+
+    groups = _groups()
+    frame = pl.DataFrame(
+        [{"g": g, "x": x, "y": y} for g, (xs, ys) in groups.items() for x, y in zip(xs, ys)],
+        schema={"g": pl.Int64, "x": pl.Float64, "y": pl.Float64},
+    )
+    got = {r["g"]: r for r in values_at(frame, ["g"], "x", "y", t).iter_rows(named=True)}
+    for g, (xs, ys) in groups.items():
+        try:
+            want = value_at(xs, ys, t)
+        except ValueError:
+            assert got[g]["shared_x"] and got[g]["value"] is None, (xs, ys)
+            continue
+        if want is None:
+            assert g not in got or got[g]["value"] is None, (xs, ys, got.get(g))
+            continue
+        row = got[g]
+        assert row["value"] == pytest.approx(want.value, rel=1e-12, abs=1e-15), (xs, ys)
+        assert (row["exact"], row["x_low"], row["x_high"]) == (
+            want.exact, want.x_low, want.x_high
+        ), (xs, ys)  # fmt: skip
+
+
+def test_values_at_refuses_a_target_that_is_not_positive():
+    import polars as pl
+
+    from sparsebench.suite.interpolate import values_at
+
+    frame = pl.DataFrame({"g": [0], "x": [1.0], "y": [1.0]})
+    with pytest.raises(ValueError, match="finite number > 0"):
+        values_at(frame, ["g"], "x", "y", 0.0)

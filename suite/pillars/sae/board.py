@@ -9,7 +9,6 @@ readers look at)."""
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import polars as pl
@@ -31,7 +30,7 @@ from sparsebench.suite.boards import (
     sources_lines,
     write_board_files,
 )
-from sparsebench.suite.interpolate import value_at
+from sparsebench.suite.interpolate import values_at
 
 KEYS = ("activations", "hookpoint", "width", "method", "sweep", "setting")
 MEANS = (
@@ -126,63 +125,60 @@ def matched_l0(runs: pl.DataFrame, targets=TARGET_L0) -> pl.DataFrame:
     if ok.is_empty():
         return pl.DataFrame(schema=schema | {"rank": pl.Int64, "tied": pl.Boolean})
     ok = with_sweep(ok).filter(pl.col("l0") > 0)
-    rows = []
-    for (source, hp, width, method, sweep), g in ok.group_by(
-        "activations", "hookpoint", "width", "method", "sweep", maintain_order=True
-    ):
-        points = _per_seed(g)
-        for t in targets:
-            row = {"activations": source, "hookpoint": hp, "width": width, "method": method,
-                   "sweep": sweep, "target_l0": float(t)}  # fmt: skip
-            row |= _read_at(points, float(t))
-            rows.append(row)
-    out = pl.DataFrame(rows, schema=schema)
+    sweeps = ["activations", "hookpoint", "width", "method", "sweep"]
+    order = ok.select(sweeps).unique(maintain_order=True).with_row_index("_sweep")
+    parts = [
+        order.join(
+            _read_at(ok, sweeps, float(t)), on=sweeps, how="left", nulls_equal=True
+        ).with_columns(target_l0=pl.lit(float(t)), _t=pl.lit(i))
+        for i, t in enumerate(targets)
+    ]
+    if not parts:
+        return pl.DataFrame(schema=schema | {"rank": pl.Int64, "tied": pl.Boolean})
+    out = (
+        pl.concat(parts, how="diagonal_relaxed")
+        .sort("_sweep", "_t")
+        .with_columns(
+            pl.col("n_seeds").fill_null(0),
+            pl.col("read").fill_null("not bracketed"),
+        )
+    )
+    out = out.select(
+        [
+            (pl.col(c) if c in out.columns else pl.lit(None)).cast(d).alias(c)
+            for c, d in schema.items()
+        ]
+    )
     return noise_ranks(out, "fvu", "fvu_std", "n_seeds", ["activations", "width", "target_l0"],
                        higher_better=False)  # fmt: skip
 
 
-def _per_seed(g: pl.DataFrame) -> list[tuple[list, dict[str, list]]]:
-    """One sweep's points per seed (in seed order): its L0s and each matched metric's values,
-    split once for every target."""
-    cols = [c for c in MATCHED if c in g.columns]
-    g = g.select("seed", pl.col("l0", *cols).cast(pl.Float64))
-    out = []
-    for _, pts in sorted(g.partition_by("seed", as_dict=True).items()):
-        out.append((pts["l0"].to_list(), {c: pts[c].to_list() for c in cols}))
-    return out
-
-
-def _read_at(points: list[tuple[list, dict[str, list]]], t: float) -> dict:
-    """The metrics of one sweep (:func:`_per_seed`'s points) at L0 = t (:func:`matched_l0`)."""
-    per_seed = []
-    for xs, ys in points:
-        try:
-            fvu = value_at(xs, ys["fvu"], t)
-        except ValueError:  # two settings at one L0: no single reading
-            continue
-        if fvu is None:
-            continue
-        got = {"fvu": fvu}
-        for c in MATCHED[1:]:
-            if c in ys:
-                got[c] = value_at(xs, ys[c], t)
-        per_seed.append(got)
-    out: dict = {"n_seeds": len(per_seed)}
-    if not per_seed:
-        return out | {"read": "not bracketed"}
-    lows = [s["fvu"].x_low for s in per_seed]
-    highs = [s["fvu"].x_high for s in per_seed]
-    out |= {"l0_low": statistics.fmean(lows), "l0_high": statistics.fmean(highs)}
-    if all(s["fvu"].exact for s in per_seed):
-        out["read"] = "measured"
-    else:
-        out["read"] = f"interpolated L0 {out['l0_low']:.3g} – {out['l0_high']:.3g}"
-    for c in MATCHED:
-        vals = [s[c].value for s in per_seed if s.get(c) is not None]
-        if vals:
-            out[c] = statistics.fmean(vals)
-            out[f"{c}_std"] = statistics.stdev(vals) if len(vals) > 1 else None
-    return out
+def _read_at(ok: pl.DataFrame, sweeps: list[str], t: float) -> pl.DataFrame:
+    """Per sweep, the metrics of :data:`MATCHED` at L0 = t (:func:`matched_l0`): each seed read
+    by the shared rule (:func:`sparsebench.suite.interpolate.values_at`), the seeds whose FVU
+    is read (two settings at one L0 give no single reading) averaged."""
+    seeds = [*sweeps, "seed"]
+    fvu = values_at(ok, seeds, "l0", "fvu", t).filter(pl.col("value").is_not_null())
+    fvu = fvu.rename({"value": "fvu"})
+    for c in MATCHED[1:]:
+        if c in ok.columns:
+            got = values_at(ok, seeds, "l0", c, t).select(*seeds, pl.col("value").alias(c))
+            fvu = fvu.join(got, on=seeds, how="left", nulls_equal=True)
+    metrics = [c for c in MATCHED if c in fvu.columns]
+    out = fvu.group_by(sweeps, maintain_order=True).agg(
+        pl.len().cast(pl.Int64).alias("n_seeds"),
+        pl.col("exact").all().alias("_exact"),
+        pl.col("x_low").mean().alias("l0_low"),
+        pl.col("x_high").mean().alias("l0_high"),
+        *[pl.col(c).mean() for c in metrics],
+        *[pl.col(c).std().alias(f"{c}_std") for c in metrics],
+    )
+    low, high = out["l0_low"].to_list(), out["l0_high"].to_list()
+    read = [
+        "measured" if e else f"interpolated L0 {a:.3g} – {b:.3g}"
+        for e, a, b in zip(out["_exact"].to_list(), low, high, strict=True)
+    ]
+    return out.drop("_exact").with_columns(pl.Series("read", read, dtype=pl.String))
 
 
 FAMILIES = FAMILY
