@@ -287,22 +287,39 @@ def over_trials(
     machine), ``largest`` the largest (a worst case), ``trials`` their number, every other
     column trial 0's. A table with one row per configuration comes back as it is, ``trials``
     1; one that already has ``trials`` keeps its counts."""
-    ok = runs.filter(pl.col("status") == "ok")
-    if "trial" in ok.columns:  # trial 0 first: its id and label stand for the configuration
-        ok = ok.sort("trial", nulls_last=False, maintain_order=True)
-    keys = [c for c in configuration if c in ok.columns]
-    rest = [c for c in ok.columns if c not in keys and c not in ("trial", "trials")]
-
-    def agg(c: str) -> pl.Expr:
-        if c in medians:
-            return pl.col(c).median()
-        return pl.col(c).max() if c in largest else pl.col(c).first()
-
-    count = pl.col("trials").sum() if "trials" in ok.columns else pl.len()
-    out = ok.group_by(keys, maintain_order=True).agg(
-        *map(agg, rest), count.cast(pl.Int64).alias("trials")
+    keys = [c for c in configuration if c in runs.columns]
+    cols = [c for c in runs.columns if c not in ("trial", "trials")]
+    reduced = [c for c in cols if c not in keys and (c in medians or c in largest)]
+    # Trial 0 first (a null trial before it): its row's id and label stand for the
+    # configuration. The group-by reads only the keys and the reduced columns; the other
+    # columns are gathered from each configuration's first row, not carried through it.
+    first = pl.col("trial").fill_null(-1) if "trial" in runs.columns else pl.lit(0)
+    count = pl.col("trials").sum() if "trials" in runs.columns else pl.len()
+    slim = (
+        runs.select(
+            *keys,
+            *reduced,
+            *(c for c in ("trial", "trials") if c in runs.columns),
+            ok=pl.col("status") == "ok",
+            _t=first,
+        )  # fmt: skip
+        .with_row_index("_i")
+        .filter(pl.col("ok"))
     )
-    return out.select(*(c for c in ok.columns if c not in ("trial", "trials")), "trials")
+    groups = (
+        slim.group_by(keys, maintain_order=True)
+        .agg(
+            pl.col("_i").get(pl.col("_t").arg_min()).alias("_first"),
+            pl.col("_t").min().alias("_t"),
+            *(pl.col(c).median() if c in medians else pl.col(c).max() for c in reduced),
+            count.cast(pl.Int64).alias("trials"),
+        )
+        .sort("_t", "_first")  # where each configuration first appears, trial 0 first
+    )
+    other = [c for c in cols if c not in keys and c not in reduced]
+    rows = runs.select(other)[groups["_first"]] if other else pl.DataFrame()
+    out = pl.concat([groups.drop("_first", "_t"), rows], how="horizontal")
+    return out.select(*cols, "trials")
 
 
 # ---------------------------------------------------------------------------- one board style

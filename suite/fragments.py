@@ -6,7 +6,9 @@ that writes records also writes their runs-table rows (the typed frame of
 Parquet *fragment* per chunk of cells, and appends a line to the pillar's manifest::
 
     <pillar>/fragments/<stem>.<pid>.<n>.parquet
-    <pillar>/fragments/manifest.jsonl   {"file": ..., "sha256": ..., "rows": ..., "sources": [...]}
+    <pillar>/fragments/<stem>.<pid>.<n>.<side>.parquet   (the pillar's side tables of those rows)
+    <pillar>/fragments/manifest.jsonl   {"file": ..., "sha256": ..., "rows": ..., "sources": [...],
+                                         "sides": {"<side>": {"file": ..., "sha256": ...}}}
 
 The manifest is append-only (one JSON line per fragment, appended under an exclusive lock), so
 the aggregation remembers how far it has read and reads only what came after. A line whose
@@ -14,7 +16,11 @@ fragment is missing, or whose bytes no longer match its digest, falls back to th
 ``sources``; a line without a file (``"file": null``: its rows could not be typed, e.g. a
 mistyped record) does so always, so the record's error surfaces where the table is built.
 Later lines win: a record written again (a rerun, a failure confirmed at the workflow's end)
-gets a new line whose rows replace the old ones.
+gets a new line whose rows replace the old ones. The side tables of a pillar
+(:meth:`sparsebench.suite.pillar.Pillar.side_tables`: e.g. curves parsed from JSON text) are
+made from the fragment's rows by the process that writes it, so that they are parsed once, in
+the jobs, not by an aggregation over a million rows; a side file that is missing or altered
+is made again from the fragment's rows.
 """
 
 from __future__ import annotations
@@ -55,6 +61,11 @@ class Entry:
     sha256: str | None
     rows: int
     sources: tuple[str, ...]
+    sides: tuple[tuple[str, str, str], ...] = ()  # (side table, file, sha256) of each side
+
+    def side(self, name: str) -> tuple[str, str] | None:
+        """The (file, sha256) of the side table ``name`` of this fragment, if it was written."""
+        return next(((f, h) for n, f, h in self.sides if n == name), None)
 
 
 def _lock(fd: int) -> None:
@@ -68,11 +79,11 @@ def _lock(fd: int) -> None:
 
 def append(pillar_folder: str | Path, entry: Entry) -> None:
     """Append ``entry`` to the manifest as one line, in one write, flushed to disk."""
-    line = json.dumps(
-        {"file": entry.file, "sha256": entry.sha256, "rows": entry.rows,
-         "sources": list(entry.sources)},
-        separators=(",", ":"),
-    ) + "\n"  # fmt: skip
+    fields: dict[str, Any] = {"file": entry.file, "sha256": entry.sha256, "rows": entry.rows,
+                              "sources": list(entry.sources)}  # fmt: skip
+    if entry.sides:
+        fields["sides"] = {n: {"file": f, "sha256": h} for n, f, h in entry.sides}
+    line = json.dumps(fields, separators=(",", ":")) + "\n"
     path = manifest_of(pillar_folder)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
@@ -81,6 +92,8 @@ def append(pillar_folder: str | Path, entry: Entry) -> None:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":  # a writer died mid-line: end it
             line = "\n" + line
+        if not size:  # a new manifest: say whether it will list every record of the folder
+            line = _header(pillar_folder) + line
         os.write(fd, line.encode("utf-8"))
         os.fsync(fd)
     finally:
@@ -104,10 +117,19 @@ def write(
     except Exception:  # noqa: BLE001 - any record the table cannot type: its JSON tells why
         entry = Entry(None, None, 0, sources)
     else:
-        name = f"{_safe(stem)}.{os.getpid()}.{_next()}.parquet"
-        path = folder_of(root) / name
+        base = f"{_safe(stem)}.{os.getpid()}.{_next()}"
+        path = folder_of(root) / f"{base}.parquet"
         write_atomic(path, frame.write_parquet, fsync=True)
-        entry = Entry(name, digest(path), frame.height, sources)
+        sides = []
+        for side, fn in pillar.side_tables().items():
+            try:
+                rows = fn(frame)
+            except Exception:  # noqa: BLE001 - the aggregation makes it (and names the error)
+                continue
+            side_path = folder_of(root) / f"{base}.{_safe(side)}.parquet"
+            write_atomic(side_path, rows.write_parquet, fsync=True)
+            sides.append((side, side_path.name, digest(side_path)))
+        entry = Entry(path.name, digest(path), frame.height, sources, tuple(sides))
     append(root, entry)
     return entry
 
@@ -125,6 +147,19 @@ def _safe(stem: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in stem)[:80] or "cells"
 
 
+HEADER = "manifest"  # the first line's key: {"manifest": 1, "lists_every_record": bool}
+
+
+def _header(pillar_folder: str | Path) -> str:
+    """The first line of a new manifest: it lists every record of the folder when the folder
+    holds none yet (every record the suite writes is named in the manifest before it is
+    written), so an aggregation without a cache need not walk the folder; records older than
+    the manifest (written before fragments existed) make it list only what comes after."""
+    runs = Path(pillar_folder) / "runs"
+    older = any("record.json" in files for _, _, files in os.walk(runs))
+    return json.dumps({HEADER: 1, "lists_every_record": not older}) + "\n"
+
+
 MARK_BYTES = 4096  # how much of the manifest before an offset identifies it
 
 
@@ -136,6 +171,7 @@ class Tail:
     entries: list[Entry]
     end: int
     head: str | None
+    lists_every_record: bool = False  # read from the start: the header says so
 
 
 def _mark(f, offset: int) -> str:
@@ -165,7 +201,16 @@ def read(pillar_folder: str | Path, offset: int = 0, head: str | None = None) ->
         data = f.read()
         complete = data[: data.rfind(b"\n") + 1]  # a line being appended right now waits
         end = offset + len(complete)
-        return Tail(list(_entries(complete, path)), end, _mark(f, end))
+        every = not offset and _lists_every_record(complete[: complete.find(b"\n") + 1])
+        return Tail(list(_entries(complete, path)), end, _mark(f, end), every)
+
+
+def _lists_every_record(first_line: bytes) -> bool:
+    try:
+        header = json.loads(first_line)
+    except ValueError:
+        return False
+    return isinstance(header, dict) and header.get("lists_every_record") is True
 
 
 def _entries(data: bytes, path: Path) -> Iterator[Entry]:
@@ -174,10 +219,21 @@ def _entries(data: bytes, path: Path) -> Iterator[Entry]:
             continue
         try:
             d = json.loads(line)
+            if isinstance(d, dict) and HEADER in d and "sources" not in d:
+                continue
+            sides = _sides(d.get("sides"))
             yield Entry(d.get("file"), d.get("sha256"), int(d.get("rows") or 0),
-                        tuple(d["sources"]))  # fmt: skip
+                        tuple(d["sources"]), sides)  # fmt: skip
         except (ValueError, KeyError, TypeError, AttributeError):
             # a line a killed writer left unfinished: its records keep their JSON, which a
             # listed or full aggregation reads
             print(f"warning: {path}: skipped an unreadable manifest line ({line[:60]!r})",
                   file=sys.stderr)  # fmt: skip
+
+
+def _sides(value: Any) -> tuple[tuple[str, str, str], ...]:
+    """A line's side files; none when they are not as written (the aggregation makes them)."""
+    try:
+        return tuple((str(n), str(v["file"]), str(v["sha256"])) for n, v in value.items())
+    except (AttributeError, KeyError, TypeError):
+        return ()

@@ -189,8 +189,9 @@ def aggregate(
     manifest lists them, and from the JSON records otherwise: records no fragment holds, those
     of a fragment that is missing or whose bytes changed. ``records`` is the list of record
     files the table holds (the spec's: rows of other records leave it, a listed record that no
-    fragment holds is read); None means every record the manifest lists (without a manifest,
-    or in a full aggregation: every record found under the folder).
+    fragment holds is read); None means every record the manifest lists (in a full
+    aggregation, without a manifest, or, for a first aggregation, with a manifest begun after
+    records existed: every record found under the folder).
 
     With ``incremental`` and a previous table (its hidden cache, :func:`cache_path`), only
     manifest lines appended since are read, and of the rows read from JSON only those whose
@@ -217,8 +218,11 @@ def aggregate(
         if old is not None and FRAGMENT in old.columns:  # another manifest: no fragment row
             old, filtered = old.filter(pl.col(FRAGMENT).is_null()), True
         tail = fragments.read(root)
-        if records is None:  # no manifest read so far: the folder is the list (once)
-            records = paths.find_records(root)
+        # a manifest that changed other than by appending (state is not None) is not trusted
+        # to list every record either
+        listed = incremental and state is None and tail is not None and tail.lists_every_record
+        if records is None and not listed:
+            records = paths.find_records(root)  # records older than the manifest: walk, once
     expected = None if records is None else [_rel(p, prefix) for p in records]
     if expected is not None and not expected:
         raise TableError(
@@ -235,6 +239,8 @@ def aggregate(
             last[s] = i
     wanted = None if expected is None else set(expected)
     parts: list[pl.DataFrame] = []
+    sides = pillar.side_tables()
+    side_parts: dict[str, list[pl.DataFrame]] = {name: [] for name in sides}
     from_json: list[str] = []
     for i, e in enumerate(entries):
         mine = [s for s in e.sources if last[s] == i and (wanted is None or s in wanted)]
@@ -244,9 +250,17 @@ def aggregate(
         if frame is None:
             from_json += mine
             continue
-        if len(mine) < len(set(e.sources)):
+        partial = len(mine) < len(set(e.sources))
+        if partial:
             frame = frame.filter(pl.col(SOURCE).is_in(mine))
         parts.append(frame.with_columns(pl.lit(e.file, pl.String).alias(FRAGMENT)))
+        for name, fn in sides.items():  # written with the fragment, else made from its rows
+            side = _fragment(root, e, name)
+            if side is None:
+                side = fn(frame)
+            elif partial:
+                side = side.filter(pl.col(SOURCE).is_in(mine))
+            side_parts[name].append(side)
     covered = set(last)
 
     keep = old
@@ -254,8 +268,8 @@ def aggregate(
         if FRAGMENT not in old.columns:
             old = old.with_columns(pl.lit(None, pl.String).alias(FRAGMENT))
         keep = old.filter(~pl.col(SOURCE).is_in(list(covered))) if covered else old
-        if wanted is not None:
-            keep = keep.filter(pl.col(SOURCE).is_in(expected))
+        if expected is not None:
+            keep = keep.filter(pl.col(SOURCE).is_in(pl.Series(expected, dtype=pl.String)))
         # rows read from JSON: read again those whose record changed (or is gone)
         jrows = keep.filter(pl.col(FRAGMENT).is_null())
         if jrows.height:
@@ -263,20 +277,20 @@ def aggregate(
             if changed:
                 keep = keep.filter(~pl.col(SOURCE).is_in(changed))
                 from_json += [s for s in changed if wanted is not None or _exists(root, s)]
-        have = set(keep.get_column(SOURCE).unique().to_list()) | covered
-    else:
-        have = covered
-    if expected is not None:
-        from_json += [s for s in dict.fromkeys(expected) if s not in have]
+    if expected is not None:  # listed records that neither the table nor a fragment holds
+        held = pl.Series(list(covered), dtype=pl.String)
+        if keep is not None:
+            held = pl.concat([held, keep.get_column(SOURCE)])
+        listed = pl.Series(SOURCE, list(dict.fromkeys(expected)), dtype=pl.String)
+        from_json += listed.filter(~listed.is_in(held)).to_list()
     from_json = list(dict.fromkeys(from_json))
     if from_json and expected is None:  # removed since its line (retry-failed): gone
         from_json = [s for s in from_json if _exists(root, s)]
     if from_json:  # a listed record that is missing: collect names it
-        parts.append(
-            collect(pillar, [prefix + s for s in from_json], root).with_columns(
-                pl.lit(None, pl.String).alias(FRAGMENT)
-            )
-        )
+        frame = collect(pillar, [prefix + s for s in from_json], root)
+        parts.append(frame.with_columns(pl.lit(None, pl.String).alias(FRAGMENT)))
+        for name, fn in sides.items():
+            side_parts[name].append(fn(frame))
     if old is not None and not filtered and not parts and keep.height == old.height:
         _publish(cache, out_parquet)  # nothing new, changed or removed: the table stands
         return old
@@ -286,15 +300,17 @@ def aggregate(
             f"no {pillar.name} records to aggregate under {root}; run the benchmark first "
             "(`sparsebench run SPEC`)"
         )
-    if new is None:
-        runs = keep
-    elif keep is not None and keep.height:
-        runs = pl.concat([keep, new], how="diagonal_relaxed")
-    else:
-        runs = new
-    runs = runs.sort(SOURCE, maintain_order=True)
-    _validate(pillar, root, runs, new)
-    _write_sides(pillar, out_parquet, runs, keep if old is not None else None, new)
+    if new is not None:
+        new = new.sort(SOURCE, maintain_order=True)
+    # the previous table is sorted by record: the new rows go in between (no sort of it all)
+    runs = merge_by_source(keep if keep is not None and keep.height else None, new)
+    _validate(pillar, root, runs, new, keep)
+    made = {
+        name: pl.concat(got, how="diagonal_relaxed").sort(SOURCE, maintain_order=True)
+        for name, got in side_parts.items()
+        if got
+    }
+    _write_sides(pillar, out_parquet, runs, keep if old is not None else None, made)
     state = _state(tail)  # in the cache's own metadata: one atomic file holds both
     write_atomic(cache, lambda p: runs.write_parquet(p, metadata=state))
     _publish(cache, out_parquet)
@@ -325,9 +341,10 @@ def _write_sides(
     out_parquet: Path,
     runs: pl.DataFrame,
     keep: pl.DataFrame | None,
-    new: pl.DataFrame | None,
+    made: dict[str, pl.DataFrame],
 ) -> None:
-    """Each side table: the previous one's rows of the records kept, and the new rows'."""
+    """Each side table: the previous one's rows of the records kept, and ``made``, the side
+    rows of the rows read now (from their fragments' side files, or made from the rows)."""
     sides = pillar.side_tables()
     if not sides:
         return
@@ -340,14 +357,17 @@ def _write_sides(
                 old = pl.read_parquet(path, glob=False)
             except (OSError, pl.exceptions.PolarsError):
                 old = None
-        if old is None:
+        new = made.get(name)
+        if keep is not None and not keep.height:
+            frame = new if new is not None else fn(runs)
+        elif old is None and keep is not None:  # kept rows without their side rows
             frame = fn(runs)
+        elif old is None:
+            frame = new if new is not None else fn(runs)
         else:
-            kept = old.filter(pl.col(SOURCE).is_in(keep.get_column(SOURCE).unique().to_list()))
-            parts = [kept] + ([fn(new)] if new is not None and new.height else [])
-            frame = pl.concat(parts, how="diagonal_relaxed")
+            kept = old.filter(pl.col(SOURCE).is_in(keep.get_column(SOURCE).unique()))
             # the runs table's order (by record), each record's rows in their own order
-            frame = frame.sort(SOURCE, maintain_order=True)
+            frame = merge_by_source(kept, new)
         write_atomic(path, lambda p, frame=frame: frame.write_parquet(p, metadata=mark))
 
 
@@ -431,9 +451,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _validate(pillar: Pillar, root: Path, runs: pl.DataFrame, new: pl.DataFrame | None) -> None:
+def _validate(
+    pillar: Pillar,
+    root: Path,
+    runs: pl.DataFrame,
+    new: pl.DataFrame | None,
+    keep: pl.DataFrame | None,
+) -> None:
     """The pillar's schema on the rows read now (its checks are row by row), then uniqueness
-    over the whole table; a duplicate validates the whole table for the full message."""
+    of their keys among themselves and against the rows kept (which were unique already); a
+    duplicate validates the whole table for the full message."""
     from sparsebench.suite.schemas import validate_table  # pandera: only where a table is made
 
     def full(frame: pl.DataFrame) -> None:
@@ -446,28 +473,74 @@ def _validate(pillar: Pillar, root: Path, runs: pl.DataFrame, new: pl.DataFrame 
             problems=pillar.row_problems(),
         )
 
-    if new is not None and new.height < runs.height:
-        full(new.sort(SOURCE, maintain_order=True))
+    if new is None:
+        return  # only rows that were validated when they were read
+    if keep is not None and keep.height:
+        full(new)
         key = [c for c in ("cell_id", *pillar.row_key) if c in runs.columns]
-        if runs.select(pl.struct(key).is_duplicated().any()).item():
+        if _duplicated(runs, new, key):
             full(runs)
     else:
         full(runs)
 
 
-def _fragment(root: Path, entry) -> pl.DataFrame | None:
-    """A manifest line's rows, or None when they must come from JSON (no file, the file is
-    missing, or its bytes differ from the digest the line recorded)."""
+def _duplicated(runs: pl.DataFrame, new: pl.DataFrame, key: list[str]) -> bool:
+    """Whether a key repeats in ``runs``, where the rows not in ``new`` are unique already: only
+    the rows sharing a first key column value with ``new`` can repeat."""
+    first = pl.col(key[0])
+    near = runs.filter(first.is_in(new.get_column(key[0]).unique()) | first.is_null())
+    return near.select(pl.struct(key).is_duplicated().any()).item()
+
+
+def merge_by_source(a: pl.DataFrame | None, b: pl.DataFrame | None) -> pl.DataFrame:
+    """Two frames sorted by ``source`` (each record's rows in their order) with no record in
+    both, as one frame sorted by ``source``: ``b``'s rows inserted into ``a`` by slices (a
+    table of millions of rows is not sorted again for a thousand new ones). Columns as
+    ``pl.concat(how="diagonal_relaxed")`` gives them."""
+    if a is None or b is None:
+        return b if a is None else a
+    schema = pl.concat([a.head(0), b.head(0)], how="diagonal_relaxed").schema
+
+    def aligned(f: pl.DataFrame) -> pl.DataFrame:
+        return f.select(
+            [
+                (pl.col(c) if c in f.columns else pl.lit(None)).cast(t).alias(c)
+                for c, t in schema.items()
+            ]
+        )
+
+    a, b = aligned(a), aligned(b)
+    if not a.height or not b.height:
+        return b if not a.height else a
+    if not a.get_column(SOURCE).is_sorted():  # a table written otherwise: sorted once here
+        a = a.sort(SOURCE, maintain_order=True)
+    at = a.get_column(SOURCE).search_sorted(b.get_column(SOURCE), side="left").to_list()
+    parts, done, i = [], 0, 0
+    while i < len(at):  # the run of b's rows that go before a's row at[i]
+        j = i
+        while j < len(at) and at[j] == at[i]:
+            j += 1
+        parts += [a.slice(done, at[i] - done), b.slice(i, j - i)]
+        done, i = at[i], j
+    parts.append(a.slice(done))
+    return pl.concat([p for p in parts if p.height], rechunk=False)
+
+
+def _fragment(root: Path, entry, side: str | None = None) -> pl.DataFrame | None:
+    """A manifest line's rows (or those of its side table ``side``), or None when they must be
+    made otherwise (no file, the file is missing, or its bytes differ from the digest the line
+    recorded): the rows from JSON, the side rows from the rows."""
     from sparsebench.suite import fragments
 
-    if not entry.file:
+    file, sha = (entry.file, entry.sha256) if side is None else (entry.side(side) or (None, None))
+    if not file:
         return None
     import hashlib
     import io
 
     try:  # one read for the digest and the table
-        data = (fragments.folder_of(root) / entry.file).read_bytes()
-        if hashlib.sha256(data).hexdigest() != entry.sha256:
+        data = (fragments.folder_of(root) / file).read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha:
             return None
         return pl.read_parquet(io.BytesIO(data))
     except (OSError, pl.exceptions.PolarsError):

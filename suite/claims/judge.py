@@ -73,6 +73,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import combinations
@@ -193,14 +194,16 @@ def _noise(verdict: str) -> str | None:
     return "noise" if verdict == "inconclusive" else None
 
 
-def _match(col: pl.Series, value: Any) -> pl.Series:
-    values = value if isinstance(value, list) else [value]
-    out = pl.Series([False] * len(col))
-    for v in values:
-        if col.dtype == pl.Boolean:  # polars casts True to "true", str(True) is "True"
+def _match(name: str, dtype: pl.DataType, value: Any) -> pl.Expr:
+    """Rows whose column ``name`` (of ``dtype``) holds ``value`` (or one of a list of them):
+    numbers to a relative 1e-9, anything else by its text; null never matches."""
+    col = pl.col(name)
+    out = pl.lit(False)
+    for v in value if isinstance(value, list) else [value]:
+        if dtype == pl.Boolean:  # polars casts True to "true", str(True) is "True"
             if isinstance(v, bool):
                 out = out | (col == v).fill_null(False)
-        elif isinstance(v, bool) or not isinstance(v, int | float) or col.dtype == pl.Utf8:
+        elif isinstance(v, bool) or not isinstance(v, int | float) or dtype == pl.Utf8:
             out = out | (col.cast(pl.Utf8) == str(v)).fill_null(False)
         else:
             x = col.cast(pl.Float64)
@@ -209,14 +212,14 @@ def _match(col: pl.Series, value: Any) -> pl.Series:
 
 
 def _select(runs: pl.DataFrame, filters: dict[str, Any]) -> pl.DataFrame:
-    mask = pl.Series([True] * runs.height)
-    for col, value in filters.items():
+    for col in filters:
         if col not in runs.columns:
             raise Inconclusive(
                 f"column {col!r} is not in this pillar's runs table", kind="unusable"
             )
-        mask = mask & _match(runs[col], value)
-    return runs.filter(mask)
+    if not filters:
+        return runs
+    return runs.filter(*(_match(c, runs.schema[c], v) for c, v in filters.items()))
 
 
 def _describe(filters: dict[str, Any]) -> str:
@@ -283,8 +286,12 @@ def _cell(
         replicate = "seed"
     id_part, label_part = _replicate_parts(replicate)
     key = [c for c in row_key if c != replicate and c in rows.columns]
-    cells = [id_part.sub("", c) for c in rows["cell_id"].to_list()]  # one id per replicate
-    rows = rows.with_columns(pl.Series("_cell", cells))
+    ids = rows["cell_id"].unique().to_list()  # a record's rows share its id
+    shared = pl.DataFrame(
+        {"cell_id": ids, "_cell": [id_part.sub("", c) for c in ids]},  # one id per replicate
+        schema={"cell_id": rows.schema["cell_id"], "_cell": pl.String},
+    )
+    rows = rows.join(shared, on="cell_id", how="left", maintain_order="left")
     groups = rows.select(["_cell", *key]).unique()
     if groups.height > 1:
         some = "; ".join(groups["_cell"].head(3).to_list())
@@ -303,10 +310,11 @@ def _cell(
         f"{replicate} {s}" if s is not None else c
         for s, c in zip(reps, rows["cell_id"].to_list(), strict=True)
     ]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
+    counts = Counter(ids)
+    dup = sorted(i for i, k in counts.items() if k > 1)
     if dup:
         raise Inconclusive(
-            f"{_describe(filters)}: {'; '.join(f'{i} has {ids.count(i)} rows' for i in dup)}: "
+            f"{_describe(filters)}: {'; '.join(f'{i} has {counts[i]} rows' for i in dup)}: "
             f"each {replicate} counts once, so a cell with a duplicated {replicate} is not "
             "judged",
             kind="ambiguous",

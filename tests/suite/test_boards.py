@@ -190,3 +190,48 @@ def test_method_links_take_an_address_only_from_the_source_text():
     assert method_link("not_registered", ("dst",)) == "`not_registered`"
     lines = sources_lines(["rigl", "rigl"], ("dst",))
     assert lines[0] == "**Sources**" and len(lines) == 4 and "Rigging the Lottery" in lines[2]
+
+
+def test_over_trials_equals_grouping_by_hand():
+    """Medians, the largest, trial 0's other columns and the order in which configurations
+    first appear (trial 0 first, a null trial before it), against a plain-Python grouping."""
+    import random
+    import statistics
+
+    import polars as pl
+
+    from sparsebench.suite.boards import over_trials
+
+    rng = random.Random(5)
+    rows = [
+        {
+            "cell_id": f"c{i}",
+            "shape": rng.choice(["a", "b", "c"]),
+            "batch": rng.choice([1, 64]),
+            "trial": rng.choice([0, 1, 2, None]),
+            "ms": rng.uniform(1, 2),
+            "err": rng.uniform(0, 1),
+            "status": rng.choice(["ok", "ok", "ok", "failed"]),
+        }
+        for i in range(200)
+    ]
+    runs = pl.DataFrame(rows)
+    got = over_trials(runs, ["shape", "batch"], ["ms"], largest=("err",))
+    ok = [r for r in rows if r["status"] == "ok"]
+    ok = sorted(enumerate(ok), key=lambda p: (-1 if p[1]["trial"] is None else p[1]["trial"], p[0]))
+    groups: dict[tuple, list[dict]] = {}
+    for _, r in ok:
+        groups.setdefault((r["shape"], r["batch"]), []).append(r)
+    want = [
+        {
+            "cell_id": g[0]["cell_id"],
+            "shape": k[0],
+            "batch": k[1],
+            "ms": statistics.median(r["ms"] for r in g),
+            "err": max(r["err"] for r in g),
+            "status": "ok",
+            "trials": len(g),
+        }
+        for k, g in groups.items()
+    ]
+    assert got.to_dicts() == want

@@ -234,11 +234,53 @@ def test_side_tables_follow_the_runs_table_incrementally(tmp_path, monkeypatch):
     made.clear()
     spec = validate({"benchmark": "b", "toy": {"values": [2, 3]}}, source="t.yaml")
     run_batch(spec, TOY, TOY.cells(spec), root=tmp_path, progress=lambda m: None)
+    assert made == [2], "the batch makes its rows' side rows, once"
     runs = tables.aggregate(TOY, None, out)
-    assert made == [2], "only the rows read now are derived"
+    assert made == [2], "the aggregation reads them from the fragment's side file"
     assert tables.side_table(folder, "sq", runs).equals(squares(runs))
     # a table of other rows does not get this side table
     assert tables.side_table(folder, "sq", runs.head(2)) is None
+
+
+@pytest.mark.parametrize("damage", ["alter", "remove", "no side files"])
+def test_a_side_file_missing_or_altered_is_made_from_the_fragments_rows(
+    tmp_path, monkeypatch, damage
+):
+    made: list[int] = []
+
+    def squares(rows: pl.DataFrame) -> pl.DataFrame:
+        made.append(rows.height)
+        return rows.select("source", (pl.col("square") + 1).alias("plus_one"))
+
+    if damage != "no side files":  # else: fragments written before the pillar had the side
+        monkeypatch.setattr(type(TOY), "side_tables", lambda self: {"sq": squares})
+    folder = _run(tmp_path, [1, 2, 3])
+    monkeypatch.setattr(type(TOY), "side_tables", lambda self: {"sq": squares})
+    (entry,) = [e for e in fragments.read(folder).entries if e.file]
+    side = folder / "fragments" / entry.file.replace(".parquet", ".sq.parquet")
+    if damage == "alter":
+        pl.DataFrame({"source": ["runs/v1/record.json"], "plus_one": [99]}).write_parquet(side)
+    elif damage == "remove":
+        side.unlink()
+    else:
+        assert not side.exists() and entry.sides == ()
+    made.clear()
+    runs = tables.aggregate(TOY, None, folder / "runs.parquet")
+    assert made == [3], "made again from the fragment's rows"
+    got = tables.side_table(folder, "sq", runs)
+    assert got.equals(squares(runs)) and sorted(got["plus_one"]) == [2, 5, 10]
+
+
+def test_a_fragments_side_file_is_listed_with_its_digest(tmp_path, monkeypatch):
+    monkeypatch.setattr(
+        type(TOY), "side_tables", lambda self: {"sq": lambda r: r.select("source", "square")}
+    )
+    folder = _run(tmp_path, [1, 2])
+    (entry,) = [e for e in fragments.read(folder).entries if e.file]
+    file, sha = entry.side("sq")
+    assert file == entry.file.replace(".parquet", ".sq.parquet")
+    assert sha == fragments.digest(folder / "fragments" / file)
+    assert pl.read_parquet(folder / "fragments" / file)["square"].sort().to_list() == [1, 4]
 
 
 def test_retry_failed_takes_the_removed_records_out_of_the_table(tmp_path, capsys):
@@ -258,3 +300,34 @@ def test_verify_names_a_record_edited_into_one_the_table_refuses(tmp_path):
     record = folder / "runs" / "v1" / "record.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "threads": "two"}))
     assert tables.verify(TOY, folder)["differ"] == ["runs/v1/record.json"]
+
+
+def test_a_manifest_begun_in_an_empty_folder_spares_the_first_aggregation_a_walk(
+    tmp_path, monkeypatch
+):
+    folder = _run(tmp_path, [1, 2])
+    first = json.loads(fragments.manifest_of(folder).read_text().splitlines()[0])
+    assert first == {"manifest": 1, "lists_every_record": True}
+
+    def walked(_folder):
+        raise AssertionError("the folder was walked")
+
+    with monkeypatch.context() as m:
+        m.setattr(paths, "find_records", walked)
+        runs = tables.aggregate(TOY, None, folder / "runs.parquet")
+    assert sorted(runs["cell_id"]) == ["v1", "v2"]
+    # a full aggregation still reads every record found under the folder
+    full = tables.aggregate(TOY, None, folder / "runs.parquet", incremental=False)
+    assert sorted(full["cell_id"]) == ["v1", "v2"]
+
+
+def test_records_older_than_the_manifest_are_found_by_a_walk(tmp_path):
+    folder = _run(tmp_path, [1])
+    import shutil
+
+    shutil.rmtree(folder / "fragments")  # as if v1 was written before fragments existed
+    spec = validate({"benchmark": "b", "toy": {"values": [2]}}, source="t.yaml")
+    run_batch(spec, TOY, TOY.cells(spec), root=tmp_path, progress=lambda m: None)
+    first = json.loads(fragments.manifest_of(folder).read_text().splitlines()[0])
+    assert first["lists_every_record"] is False
+    assert sorted(tables.aggregate(TOY, None, folder / "runs.parquet")["cell_id"]) == ["v1", "v2"]

@@ -74,3 +74,36 @@ def test_publishing_a_table_that_is_already_the_cache_leaves_no_temporary_link(t
     _publish(cache, out)  # the same inode already: renaming onto it would keep the temporary
     assert sorted(p.name for p in tmp_path.iterdir()) == [".runs.cache.parquet", "runs.parquet"]
     assert out.read_bytes() == b"table"
+
+
+def test_merge_by_source_equals_concatenating_and_sorting():
+    import random
+
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    rng = random.Random(3)
+    for _ in range(50):
+        names = rng.sample([f"r{i:03d}/record.json" for i in range(60)], rng.randint(0, 40))
+        cut = rng.randint(0, len(names))
+
+        def frame(sources: list[str], extra: str, dtype) -> pl.DataFrame:
+            rows = [(s, k) for s in sources for k in range(rng.randint(1, 3))]  # rows per record
+            rng.shuffle(rows)
+            return pl.DataFrame(
+                {
+                    "source": [s for s, _ in rows],
+                    "row": [k for _, k in rows],
+                    extra: pl.Series([k * 1.5 for _, k in rows]).cast(dtype),
+                }
+            ).sort("source", maintain_order=True)
+
+        a = frame(names[:cut], "x", pl.Int64) if rng.random() < 0.9 else None
+        b = frame(names[cut:], rng.choice(["x", "y"]), pl.Float64)
+        got = tables.merge_by_source(a, b)
+        parts = [f for f in (a, b) if f is not None]
+        want = pl.concat(parts, how="diagonal_relaxed").sort("source", maintain_order=True)
+        assert_frame_equal(got, want)
+    unsorted = pl.DataFrame({"source": ["b", "a"], "row": [0, 0]})
+    got = tables.merge_by_source(unsorted, pl.DataFrame({"source": ["c"], "row": [1]}))
+    assert got["source"].to_list() == ["a", "b", "c"]

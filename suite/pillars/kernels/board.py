@@ -147,11 +147,12 @@ def over_trials(runs: pl.DataFrame) -> pl.DataFrame:
     return boards.over_trials(runs, CONFIGURATION, TIMINGS, largest=("max_abs_err",))
 
 
-def leaderboard(runs: pl.DataFrame) -> pl.DataFrame:
-    """One row per ok configuration (the median over its trials), sorted by shape, pattern,
-    batch, op, sparsity, then fastest backend first."""
+def leaderboard(runs: pl.DataFrame, trials: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per ok configuration (the median over its trials: ``trials``, or
+    :func:`over_trials` of ``runs``), sorted by shape, pattern, batch, op, sparsity, then
+    fastest backend first."""
     return (
-        over_trials(runs)
+        (over_trials(runs) if trials is None else trials)
         .select(BOARD_COLUMNS)
         .sort("out_features", "in_features", "pattern", "batch", "op", "sparsity", "ms_median")
     )
@@ -189,11 +190,15 @@ def claim_verdicts(runs: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
-def break_even(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFrame:
+def break_even(
+    runs: pl.DataFrame, ratio: str = "speedup_vs_dense", trials: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Per (shape, pattern, batch, op, backend): the lowest measured sparsity from which the
     backend is at least as fast as the reference at every higher sparsity (null: never), on
-    the medians over trials."""
-    ok = over_trials(runs).filter(~pl.col("backend").is_in(["dense"]))
+    the medians over trials (``trials``, or :func:`over_trials` of ``runs``)."""
+    ok = (over_trials(runs) if trials is None else trials).filter(
+        ~pl.col("backend").is_in(["dense"])
+    )
     rows = []
     keys = ["out_features", "in_features", "pattern", "batch", "op", "backend"]
     for key, g in ok.group_by(keys, maintain_order=True):
@@ -241,16 +246,16 @@ def summary(runs: pl.DataFrame, top: int = 3) -> str:
     return "\n".join(lines)
 
 
-def pattern_comparison(runs: pl.DataFrame) -> pl.DataFrame:
+def pattern_comparison(runs: pl.DataFrame, trials: pl.DataFrame | None = None) -> pl.DataFrame:
     """Each ok row of a pattern other than ``random`` next to the ``random`` row of the same
     (shape, sparsity, batch, op, backend): both nnz, both median ms, both speed-ups vs dense
     and ``speedup_vs_random``, the pattern's speed-up vs dense over random's (above 1: the
     pattern runs faster). The two patterns are two cells, i.e. two jobs; each speed-up is
     against the dense layer timed in its own job, so load that differs between the jobs
     cancels in ``speedup_vs_random`` (not in the raw ms). Empty when only ``random`` ran.
-    Medians over trials."""
+    Medians over trials (``trials``, or :func:`over_trials` of ``runs``)."""
     keys = ["out_features", "in_features", "sparsity", "batch", "op", "backend"]
-    ok = over_trials(runs)
+    ok = over_trials(runs) if trials is None else trials
     base = ok.filter(pl.col("pattern") == DEFAULT_PATTERN).select(
         *keys,
         random_nnz="nnz",
@@ -269,10 +274,12 @@ def pattern_comparison(runs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def speedup_pivot(runs: pl.DataFrame, ratio: str = "speedup_vs_dense") -> pl.DataFrame:
+def speedup_pivot(
+    runs: pl.DataFrame, ratio: str = "speedup_vs_dense", trials: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Rows (shape, pattern, batch, op, sparsity), one column per backend holding ``ratio``
-    (its median over trials)."""
-    ok = _with_shape(over_trials(runs))
+    (its median over trials: ``trials``, or :func:`over_trials` of ``runs``)."""
+    ok = _with_shape(over_trials(runs) if trials is None else trials)
     if not ok.height:
         return pl.DataFrame()
     index = ["shape", "pattern", "batch", "op", "sparsity"]
@@ -285,11 +292,12 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     Returns the paths by kind."""
     out_dir = Path(out_dir)
     runs = with_pattern(runs)
-    board = leaderboard(runs)
+    trials = over_trials(runs)  # once: every table below reads the medians over trials
+    board = leaderboard(runs, trials)
     threads = join_values(sorted(set(runs["threads"].drop_nulls().to_list())))
     devices = md_escape(join_values(sorted(set(runs["device"].drop_nulls().to_list()))))
     claims = claim_verdicts(runs)
-    patterns = pattern_comparison(runs)
+    patterns = pattern_comparison(runs, trials)
     lines = [
         f"# Kernels leaderboard: {md_escape(runs['benchmark'][0])}",
         "",
@@ -314,18 +322,18 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
         "## Break-even sparsity vs dense (lowest sparsity from which a backend stays ≥ 1×)",
         "",
         *md_frame(
-            _with_shape(break_even(runs)),
+            _with_shape(break_even(runs, trials=trials)),
             _cols("shape", "pattern", "batch", "op", "backend", "break_even_sparsity"),
             FAMILIES,
         ),  # fmt: skip
         "",
         "## Speed-up vs dense nn.Linear",
         "",
-        *_pivot_lines(speedup_pivot(runs)),
+        *_pivot_lines(speedup_pivot(runs, trials=trials)),
         "",
         "## Speed-up vs dense_mask",
         "",
-        *_pivot_lines(speedup_pivot(runs, "speedup_vs_dense_mask")),
+        *_pivot_lines(speedup_pivot(runs, "speedup_vs_dense_mask", trials)),
         "",
     ]
     if patterns.height:
@@ -352,19 +360,20 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
         ]
     lines += ["", *sources_lines(sorted(set(board["backend"].to_list())), FAMILIES)]
     json_data = board_json(COLUMNS, board, claims=claims, patterns=patterns)
-    plots = {"speedup.png": lambda path: speedup_plot(runs, path)}
+    plots = {"speedup.png": lambda path: speedup_plot(runs, path, trials)}
     return write_board_files(out_dir, "\n".join(lines) + "\n", board, json_data, plots)
 
 
-def speedup_plot(runs: pl.DataFrame, path: Path) -> None:
+def speedup_plot(runs: pl.DataFrame, path: Path, trials: pl.DataFrame | None = None) -> None:
     """Speed-up vs dense against sparsity, one line per (backend, pattern); one panel per
-    (shape, op) at the batch closest to 64 (the claims' batch)."""
+    (shape, op) at the batch closest to 64 (the claims' batch); medians over trials
+    (``trials``, or :func:`over_trials` of ``runs``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = over_trials(runs).filter(pl.col("backend") != "dense")  # one point per configuration
+    ok = (over_trials(runs) if trials is None else trials).filter(pl.col("backend") != "dense")
     batches = sorted(set(ok["batch"].to_list())) or [64]
     batch = min(batches, key=lambda b: abs(b - 64))
     ok = ok.filter(pl.col("batch") == batch)
