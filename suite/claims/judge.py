@@ -116,6 +116,21 @@ def _replicate_parts(replicate: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
     return re.compile(rf"(^|/){name}\d+(?=/|$)"), re.compile(rf"\s*\b{name}[= ]?\d+\b")
 
 
+def _strip_replicate(ids: pl.Series, replicate: str) -> pl.Series:
+    """``ids`` without their replicate part (:func:`_replicate_parts`' id part, removed as
+    ``re.sub`` removes it), vectorised: a selection may hold a million rows. polars' regex has
+    no look-ahead, so the part is matched with the ``/`` after it, which goes back in; a part
+    right after another then waits for the next pass."""
+    pattern = rf"(^|/){re.escape(replicate)}\d+(/|$)"
+    out = ids.cast(pl.String)
+    for _ in range(64):
+        stripped = out.str.replace_all(pattern, "$2")
+        if stripped.equals(out):
+            break
+        out = stripped
+    return out
+
+
 def _replicate(pillar: str) -> str:
     """The column holding ``pillar``'s replicates (``seed`` for an unknown pillar)."""
     from sparsebench.suite.pillar import PillarError, get_pillar
@@ -245,7 +260,7 @@ def _suggest(runs: pl.DataFrame, filters: dict[str, Any]) -> str:
     for col, value in filters.items():
         if runs[col].dtype != pl.Utf8:
             continue
-        present = sorted(set(runs[col].drop_nulls().to_list()))
+        present = sorted(runs[col].drop_nulls().unique().to_list())
         for v in value if isinstance(value, list) else [value]:
             if str(v) not in present and (match := closest(v, present)) is not None:
                 return f"; did you mean {col}={match!r}?"
@@ -284,14 +299,9 @@ def _cell(
     rows = _matching(runs, filters)
     if replicate not in rows.columns:  # a table without it (hand-built, or older): seeds
         replicate = "seed"
-    id_part, label_part = _replicate_parts(replicate)
+    label_part = _replicate_parts(replicate)[1]
     key = [c for c in row_key if c != replicate and c in rows.columns]
-    ids = rows["cell_id"].unique().to_list()  # a record's rows share its id
-    shared = pl.DataFrame(
-        {"cell_id": ids, "_cell": [id_part.sub("", c) for c in ids]},  # one id per replicate
-        schema={"cell_id": rows.schema["cell_id"], "_cell": pl.String},
-    )
-    rows = rows.join(shared, on="cell_id", how="left", maintain_order="left")
+    rows = rows.with_columns(_cell=_strip_replicate(rows["cell_id"], replicate))
     groups = rows.select(["_cell", *key]).unique()
     if groups.height > 1:
         some = "; ".join(groups["_cell"].head(3).to_list())

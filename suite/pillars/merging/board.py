@@ -164,11 +164,25 @@ def curve_rows(runs: pl.DataFrame, key: str = "source") -> pl.DataFrame:
     return pl.DataFrame(rows, schema={key: runs.schema[key], **CURVE_SCHEMA})
 
 
-def lambda_curve(runs: pl.DataFrame, side: pl.DataFrame | None = None) -> pl.DataFrame:
+def cell_curves(runs: pl.DataFrame, side: pl.DataFrame | None = None) -> pl.DataFrame:
     """The validation curve of every cell: one row per (cell, grid point), long format with the
     grid point as JSON (``point``) and its first parameter's value (``value``)."""
     schema = {k: pl.String for k in KEYS} | {"seed": pl.Int64} | CURVE_SCHEMA
     return _with_keys(runs, side, curve_rows).cast(schema).select(list(schema))
+
+
+def lambda_curve(curves: pl.DataFrame) -> pl.DataFrame:
+    """``lambda_curve.csv``: one row per (model, method, setting, grid point) of
+    :func:`cell_curves`, the mean and std over its seeds (``seeds``) of the validation
+    accuracies, in the order the points were searched. Each cell's own curve stays in
+    ``runs.parquet`` (``curve_json``): a row per cell and point would make this file grow with
+    the seeds (345 MB at 200,000 cells)."""
+    val = ("val_avg_acc", "val_norm_acc")
+    return curves.group_by(*KEYS, "point", "param", "value", maintain_order=True).agg(
+        pl.len().cast(pl.Int64).alias("seeds"),
+        *(pl.col(c).mean() for c in val),
+        *(pl.col(c).std().alias(f"{c}_std") for c in val),
+    )
 
 
 SIDE_TABLES = {"per_task": per_task_rows, "curve": curve_rows}
@@ -341,8 +355,8 @@ def write_leaderboard(runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
     runs = label_expert_sets(runs)
     tasks = per_task(runs, sides["per_task"])
     board = leaderboard(runs, tasks)
-    curve = lambda_curve(runs, sides["curve"])
-    write_atomic(Path(out_dir) / "lambda_curve.csv", curve.write_csv)
+    curve = cell_curves(runs, sides["curve"])
+    write_atomic(Path(out_dir) / "lambda_curve.csv", lambda_curve(curve).write_csv)
     plots = {
         "accuracy_heatmap.png": lambda p: plot_heatmap(tasks, p),
         "density.png": lambda p: plot_density(board, p),
@@ -484,17 +498,23 @@ def plot_curve(curve: pl.DataFrame, path: Path) -> None:
                              3.6 * len(models)), squeeze=False, layout="constrained")  # fmt: skip
     names = g.select("method", "setting").unique(maintain_order=True).rows() if g.height else []
     color = {n: f"C{i % 10}" for i, n in enumerate(names)}
+    # every line at once: the best over the other parameters per (seed, value), then the mean
+    # over seeds; lines in the order their cells come in each panel
+    line = ["model", "param", "method", "setting"]
+    best = g.group_by(*line, "seed", "value").agg(pl.col("val_norm_acc").max())
+    means = best.group_by(*line, "value").agg(pl.col("val_norm_acc").mean())
+    lines = {k: v.sort("value") for k, v in means.partition_by(line, as_dict=True).items()}
+    order = g.select(line).unique(maintain_order=True).rows() if g.height else []
     handles: dict[str, Any] = {}
     for i, model in enumerate(models):
         for j, param in enumerate(params):
             ax = axes[i][j]
-            h = g.filter((pl.col("model") == model) & (pl.col("param") == param)) if g.height else g
-            if not h.height:
+            mine = [(m, p, me, st) for m, p, me, st in order if m == model and p == param]
+            if not mine:
                 ax.set_axis_off()
                 continue
-            for (method, setting), k in h.group_by("method", "setting", maintain_order=True):
-                best = k.group_by("seed", "value").agg(pl.col("val_norm_acc").max())
-                m = best.group_by("value").agg(pl.col("val_norm_acc").mean()).sort("value")
+            for key in mine:
+                m, method, setting = lines[key], key[2], key[3]
                 handles[_label(method, setting)] = ax.plot(
                     m["value"], 100 * m["val_norm_acc"], marker="o", markersize=4,
                     color=color[(method, setting)])[0]  # fmt: skip

@@ -324,3 +324,19 @@ def test_paired_needs_the_same_seeds_and_a_difference_of_two_cells(claim):
     assert "needs the same seeds" in v.reason and "[0, 1, 2]" in v.reason and "[0, 1]" in v.reason
     with pytest.raises(ClaimError, match="stat: paired compares two cells seed by seed"):
         claim({"kind": "value", "a": RIGL, "op": ">", "bound": 0.5, "stat": "paired"})
+
+
+@pytest.mark.parametrize("replicate", ["seed", "trial"])
+def test_replicate_parts_are_stripped_as_the_regex_strips_them(replicate):
+    import random
+
+    import polars as pl
+
+    from sparsebench.suite.claims.judge import _replicate_parts, _strip_replicate
+
+    rng = random.Random(1)
+    parts = ["trial1", "trial22", "a", "seed3", "", "trialx", "b7", "seed١٢", "xseed1"]
+    ids = ["a/seed1/seed2/seed3", "seed1/b", "a/trial1/trial2/trial3"]
+    ids += ["/".join(rng.choice(parts) for _ in range(rng.randint(1, 5))) for _ in range(2000)]
+    want = [_replicate_parts(replicate)[0].sub("", c) for c in ids]
+    assert _strip_replicate(pl.Series(ids), replicate).to_list() == want
