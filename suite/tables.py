@@ -467,7 +467,7 @@ def _validate(
         validate_table(
             frame,
             pillar.table,
-            sources=[f"{root}/{s}" for s in frame.get_column(SOURCE).to_list()],
+            sources=_Sources(root, frame.get_column(SOURCE)),
             table=f"{pillar.name} runs",
             ident=pillar.row_key,
             problems=pillar.row_problems(),
@@ -482,6 +482,22 @@ def _validate(
             full(runs)
     else:
         full(runs)
+
+
+class _Sources(Sequence[str]):
+    """The record file of each row, made only for the rows an error names (a list of them all
+    costs a second at a million rows)."""
+
+    def __init__(self, root: Path, sources: pl.Series) -> None:
+        self._root, self._sources = root, sources
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+    def __getitem__(self, i):  # noqa: ANN001 - an index or a slice, as a Sequence takes
+        if isinstance(i, slice):
+            return [f"{self._root}/{s}" for s in self._sources[i].to_list()]
+        return f"{self._root}/{self._sources[i]}"
 
 
 def _duplicated(runs: pl.DataFrame, new: pl.DataFrame, key: list[str]) -> bool:
