@@ -62,6 +62,13 @@ def _generate(templates: list[dict], folder: Path, start: int, n: int, chunk: in
     pillar = get_pillar(templates[0]["pillar"])
     pending: list[Path] = []
     for i in range(start, start + n):
+        if i % chunk == start % chunk:  # as a job: the chunk's records named before written
+            names = []
+            for j in range(i, min(i + chunk, start + n)):
+                t = templates[j % len(templates)]
+                cell = f"{t['cell_id']}/copy{j // len(templates)}"
+                names.append(paths.record_in(folder, cell).relative_to(folder).as_posix())
+            fragments.append(folder, fragments.Entry(None, None, 0, tuple(names)))
         rec = dict(templates[i % len(templates)])
         copy = i // len(templates)
         rec["cell_id"] = f"{rec['cell_id']}/copy{copy}"

@@ -331,3 +331,21 @@ def test_records_older_than_the_manifest_are_found_by_a_walk(tmp_path):
     first = json.loads(fragments.manifest_of(folder).read_text().splitlines()[0])
     assert first["lists_every_record"] is False
     assert sorted(tables.aggregate(TOY, None, folder / "runs.parquet")["cell_id"]) == ["v1", "v2"]
+
+
+def test_incremental_tables_equal_a_fresh_aggregation_row_for_row(tmp_path):
+    """New records land between old ones (v1 < v15 < v2 < v25 < v3): the table kept sorted
+    by inserting them equals the one aggregated from scratch, in the same order."""
+    from polars.testing import assert_frame_equal
+
+    out = _run(tmp_path, [1, 2, 3]) / "runs.parquet"
+    tables.aggregate(TOY, None, out)
+    for values in ([1.5, 2.5], [0.5, 2, 9]):  # new ones, and a rerun of v2
+        spec = validate({"benchmark": "b", "toy": {"values": values}}, source="t.yaml")
+        run_batch(spec, TOY, TOY.cells(spec), root=tmp_path, progress=lambda m: None)
+        incremental = tables.aggregate(TOY, None, out)
+        tables.cache_path(out).unlink()
+        fresh = tables.aggregate(TOY, None, out)
+        assert_frame_equal(incremental, fresh)
+        assert incremental["source"].is_sorted()
+    assert incremental.height == 7

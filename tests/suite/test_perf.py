@@ -67,3 +67,26 @@ def test_tables_generates_records_with_fragments_and_reports_every_step(tmp_path
                  "aggregate_full_json_s"):  # fmt: skip
         assert row[step] >= 0.0, step
     assert out["all_pillars"]["board_s"] == row["board_s"]
+
+
+def test_generated_records_are_named_in_the_manifest_before_they_are_written(tmp_path):
+    """As a job does: so the manifest lists every record and no aggregation walks the folder."""
+    import tests.toy_pillar  # noqa: F401 - registers the toy pillar
+    from sparsebench.suite import fragments, tables
+    from sparsebench.suite.pillar import get_pillar
+    from tests.suite.test_fragments import _run
+
+    real = _run(tmp_path / "real", [1])  # a record the toy's table takes
+    template = json.loads(next((real / "runs").rglob("record.json")).read_text())
+    folder = tmp_path / "toy"
+    perf._generate([template], folder, 0, 7, 3)
+    tail = fragments.read(folder)
+    assert tail.lists_every_record
+    named = [e for e in tail.entries if e.file is None]
+    assert [len(e.sources) for e in named] == [3, 3, 1]
+    assert {s for e in named for s in e.sources} == {
+        p.relative_to(folder).as_posix() for p in paths.find_records(folder)
+    }
+    perf._generate([template], folder, 7, 2, 3)  # later records, another start
+    runs = tables.aggregate(get_pillar("toy"), None, paths.runs_table_in(folder))
+    assert runs.height == 9
