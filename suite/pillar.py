@@ -387,10 +387,12 @@ class Pillar:
 
     def side_tables(self) -> dict[str, Any]:
         """Name -> ``rows -> frame``: tables the board derives from heavy columns (JSON text
-        of curves, per-task results), made by the aggregation for the rows it reads and kept
-        beside ``runs.parquet`` (:func:`sparsebench.suite.tables.side_table`), so that a board
-        over a million rows parses none of them. Each function gets runs rows (with their
-        ``source``) and returns a frame with a ``source`` column. Default: none."""
+        of curves, per-task results), made by each job for the rows of the fragment it writes
+        (:mod:`sparsebench.suite.fragments`; by the aggregation for rows read from JSON) and
+        kept beside ``runs.parquet`` (:func:`sparsebench.suite.tables.side_table`), so that
+        neither an aggregation nor a board over a million rows parses them. Each function gets
+        runs rows (with their ``source``) and returns a frame with a ``source`` column, row by
+        row (the rows of a subset are the subset's rows). Default: none."""
         return {}
 
     def board(self, runs: pl.DataFrame, out_dir: Path) -> dict[str, Path]:
