@@ -85,6 +85,10 @@ def _generate(templates: list[dict], folder: Path, start: int, n: int, chunk: in
         fragments.write(pillar, folder, pending, "perf")
 
 
+def _sides(entry) -> list[str]:
+    return [f for _, f, _ in entry.sides]
+
+
 def _time_pillar(
     recs: list[dict], folder: Path, n: int, added: int, chunk: int, json: bool
 ) -> dict[str, float]:
@@ -97,14 +101,22 @@ def _time_pillar(
 
     pillar = get_pillar(recs[0]["pillar"])
     table = paths.runs_table_in(folder)
-    files = [fragments.folder_of(folder) / e.file for e in fragments.read(folder).entries]
+    # what our aggregation reads: the fragments and their side files
+    entries = [e for e in fragments.read(folder).entries if e.file]
+    files = [fragments.folder_of(folder) / f for e in entries for f in (e.file, *_sides(e))]
     row: dict[str, float] = {"records": n}
     # a process's first validation imports every method (torch with them): once per process,
     # not a cost of the table's size
     _, row["import_methods_s"] = _timed(pillar.method_names)
 
-    def polars_fragments() -> pl.DataFrame:
-        return pl.concat([pl.read_parquet(f, glob=False) for f in files], how="diagonal_relaxed")
+    def polars_fragments() -> list[pl.DataFrame]:
+        frames = [pl.read_parquet(f, glob=False) for f in files]
+        kinds = {f.name.rsplit(".", 2)[-2] for f in files}  # rows, and each side table
+        return [
+            pl.concat([x for f, x in zip(files, frames) if f.name.rsplit(".", 2)[-2] == k],
+                      how="diagonal_relaxed")
+            for k in kinds
+        ]  # fmt: skip
 
     _, row["polars_read_fragments_s"] = _timed(polars_fragments)
     runs, row["aggregate_fragments_s"] = _timed(lambda: aggregate(pillar, None, table))
@@ -127,8 +139,24 @@ def _time_pillar(
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
 
 
+def _forget_tables(folder: Path) -> int:
+    """Remove what the timings make in a generated pillar folder (tables, side tables, boards)
+    and return how many records it holds (the manifest names each one)."""
+    from sparsebench.suite import fragments
+
+    for f in folder.iterdir():
+        if f.is_file() and (f.suffix in (".parquet", ".csv", ".md", ".json", ".html", ".png")):
+            f.unlink()
+    return len({s for e in fragments.read(folder).entries for s in e.sources})
+
+
 def tables(
-    source: Path, n: int, keep: bool = False, chunk: int = 100, json_limit: int = 100_000
+    source: Path,
+    n: int,
+    keep: bool = False,
+    chunk: int = 100,
+    json_limit: int = 100_000,
+    reuse: Path | None = None,
 ) -> dict[str, object]:
     """Generate ``n`` records (shared evenly by the pillars found under ``source``, cloned from
     their records) with their fragments (one per ``chunk`` records, as a job writes them), and
@@ -136,16 +164,25 @@ def tables(
     of the same fragment files), an incremental one with nothing new, one after 1,000 new
     records (shared by the pillars), the board from ``runs.parquet`` alone; and, up to
     ``json_limit`` records, the full aggregation from the JSON records against polars reading
-    the same JSON files. Returns the seconds of each step, per pillar and summed."""
+    the same JSON files. With ``reuse``, a folder an earlier call generated (and kept) is timed
+    again instead (its records, without its tables). Returns the seconds of each step, per
+    pillar and summed."""
     found = _templates(source)
-    tmp = Path(tempfile.mkdtemp(prefix="sparsebench-perf-"))
     share = {name: n // len(found) + (i < n % len(found)) for i, name in enumerate(found)}
     added = {name: 1000 // len(found) + (i < 1000 % len(found)) for i, name in enumerate(found)}
     out: dict[str, object] = {"records": n, "pillars": {}}
     t0 = time.perf_counter()
-    for name, recs in found.items():
-        _generate(recs, tmp / name, 0, share[name], chunk)
-    out["generate_s"] = round(time.perf_counter() - t0, 1)
+    if reuse is None:
+        tmp = Path(tempfile.mkdtemp(prefix="sparsebench-perf-"))
+        for name, recs in found.items():
+            _generate(recs, tmp / name, 0, share[name], chunk)
+        out["generate_s"] = round(time.perf_counter() - t0, 1)
+    else:  # a folder generated before (--keep): its tables and boards go, its records stay
+        tmp = Path(reuse)
+        for name in found:
+            share[name] = _forget_tables(tmp / name)
+        out["records"] = sum(share.values())
+        out["reused"] = str(tmp)
     sums: dict[str, float] = {}
     for name, recs in found.items():
         row = _time_pillar(recs, tmp / name, share[name], added[name], chunk, n <= json_limit)
@@ -154,7 +191,7 @@ def tables(
             if k.endswith("_s"):
                 sums[k] = round(sums.get(k, 0.0) + v, 3)
     out["all_pillars"] = sums
-    if not keep:
+    if not keep and reuse is None:
         shutil.rmtree(tmp)
     else:
         out["folder"] = str(tmp)
@@ -296,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         help="time the full aggregation from JSON only up to this many records",
     )
     t.add_argument("--keep", action="store_true", help="keep the generated folder")
+    t.add_argument("--reuse", help="time a folder kept by an earlier --keep run again")
     st = sub.add_parser("startup", help="a one-cell run and a no-op rerun vs the cell's time")
     st.add_argument("--cores", type=int, default=2)
     st.add_argument("--keep", action="store_true", help="keep the run's folder")
@@ -312,7 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--since", type=float, default=0.0, help="Unix time the run started")
     args = p.parse_args(argv)
     if args.cmd == "tables":
-        result = tables(Path(args.source), args.records, args.keep, args.chunk, args.json_limit)
+        result = tables(
+            Path(args.source), args.records, args.keep, args.chunk, args.json_limit,
+            Path(args.reuse) if args.reuse else None,
+        )  # fmt: skip
     elif args.cmd == "startup":
         if args.repeat < 1:
             p.error(f"--repeat {args.repeat}: give 1 or more samples")

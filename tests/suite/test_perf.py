@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from sparsebench.suite import paths, perf
 from sparsebench.suite.record import write_json_atomic
@@ -67,6 +68,11 @@ def test_tables_generates_records_with_fragments_and_reports_every_step(tmp_path
                  "aggregate_full_json_s"):  # fmt: skip
         assert row[step] >= 0.0, step
     assert out["all_pillars"]["board_s"] == row["board_s"]
+    kept = perf.tables(tmp_path / "b", 40, keep=True, chunk=7, json_limit=0)
+    again = perf.tables(tmp_path / "b", 0, chunk=7, json_limit=0, reuse=Path(kept["folder"]))
+    # the kept folder holds the 40 records and the 1,000 new (for one pillar: all of them)
+    assert again["pillars"]["toy"]["records"] == 1040
+    assert again["pillars"]["toy"]["rows"] == 1040
 
 
 def test_generated_records_are_named_in_the_manifest_before_they_are_written(tmp_path):
