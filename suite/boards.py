@@ -293,16 +293,15 @@ def over_trials(
     # Trial 0 first (a null trial before it): its row's id and label stand for the
     # configuration. The group-by reads only the keys and the reduced columns; the other
     # columns are gathered from each configuration's first row, not carried through it.
-    first = pl.col("trial").fill_null(-1) if "trial" in runs.columns else pl.lit(0)
+    first = (
+        pl.col("trial").cast(pl.Float64).fill_null(float("-inf"))  # a null trial comes first
+        if "trial" in runs.columns
+        else pl.lit(0.0)
+    )
     count = pl.col("trials").sum() if "trials" in runs.columns else pl.len()
+    read = dict.fromkeys([*keys, *reduced, *(c for c in ("trial", "trials") if c in runs.columns)])
     slim = (
-        runs.select(
-            *keys,
-            *reduced,
-            *(c for c in ("trial", "trials") if c in runs.columns),
-            ok=pl.col("status") == "ok",
-            _t=first,
-        )  # fmt: skip
+        runs.select(*read, ok=pl.col("status") == "ok", _t=first)
         .with_row_index("_i")
         .filter(pl.col("ok"))
     )

@@ -8,7 +8,8 @@ Parquet *fragment* per chunk of cells, and appends a line to the pillar's manife
     <pillar>/fragments/<stem>.<pid>.<n>.parquet
     <pillar>/fragments/<stem>.<pid>.<n>.<side>.parquet   (the pillar's side tables of those rows)
     <pillar>/fragments/manifest.jsonl   {"file": ..., "sha256": ..., "rows": ..., "sources": [...],
-                                         "sides": {"<side>": {"file": ..., "sha256": ...}}}
+                                         "sides": {"<side>": {"file": ..., "sha256": ...,
+                                                              "version": ...}}}
 
 The manifest is append-only (one JSON line per fragment, appended under an exclusive lock), so
 the aggregation remembers how far it has read and reads only what came after. A line whose
@@ -19,12 +20,14 @@ Later lines win: a record written again (a rerun, a failure confirmed at the wor
 gets a new line whose rows replace the old ones. The side tables of a pillar
 (:meth:`sparsebench.suite.pillar.Pillar.side_tables`: e.g. curves parsed from JSON text) are
 made from the fragment's rows by the process that writes it, so that they are parsed once, in
-the jobs, not by an aggregation over a million rows; a side file that is missing or altered
-is made again from the fragment's rows.
+the jobs, not by an aggregation over a million rows; a side file that is missing, altered, or
+made by other code (its ``version``, :func:`side_version`) is made again from the fragment's
+rows.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -61,11 +64,13 @@ class Entry:
     sha256: str | None
     rows: int
     sources: tuple[str, ...]
-    sides: tuple[tuple[str, str, str], ...] = ()  # (side table, file, sha256) of each side
+    # (side table, file, sha256, version of the code that made it) of each side file
+    sides: tuple[tuple[str, str, str, str], ...] = ()
 
-    def side(self, name: str) -> tuple[str, str] | None:
-        """The (file, sha256) of the side table ``name`` of this fragment, if it was written."""
-        return next(((f, h) for n, f, h in self.sides if n == name), None)
+    def side(self, name: str, version: str) -> tuple[str, str] | None:
+        """The (file, sha256) of the side table ``name`` of this fragment, if it was written by
+        the code of ``version``."""
+        return next(((f, h) for n, f, h, v in self.sides if n == name and v == version), None)
 
 
 def _lock(fd: int) -> None:
@@ -82,7 +87,8 @@ def append(pillar_folder: str | Path, entry: Entry) -> None:
     fields: dict[str, Any] = {"file": entry.file, "sha256": entry.sha256, "rows": entry.rows,
                               "sources": list(entry.sources)}  # fmt: skip
     if entry.sides:
-        fields["sides"] = {n: {"file": f, "sha256": h} for n, f, h in entry.sides}
+        fields["sides"] = {n: {"file": f, "sha256": h, "version": v}
+                           for n, f, h, v in entry.sides}  # fmt: skip
     line = json.dumps(fields, separators=(",", ":")) + "\n"
     path = manifest_of(pillar_folder)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +134,7 @@ def write(
                 continue
             side_path = folder_of(root) / f"{base}.{_safe(side)}.parquet"
             write_atomic(side_path, rows.write_parquet, fsync=True)
-            sides.append((side, side_path.name, digest(side_path)))
+            sides.append((side, side_path.name, digest(side_path), side_version(fn)))
         entry = Entry(path.name, digest(path), frame.height, sources, tuple(sides))
     append(root, entry)
     return entry
@@ -231,9 +237,30 @@ def _entries(data: bytes, path: Path) -> Iterator[Entry]:
                   file=sys.stderr)  # fmt: skip
 
 
-def _sides(value: Any) -> tuple[tuple[str, str, str], ...]:
+def _sides(value: Any) -> tuple[tuple[str, str, str, str], ...]:
     """A line's side files; none when they are not as written (the aggregation makes them)."""
     try:
-        return tuple((str(n), str(v["file"]), str(v["sha256"])) for n, v in value.items())
+        return tuple(
+            (str(n), str(v["file"]), str(v["sha256"]), str(v.get("version")))
+            for n, v in value.items()
+        )
     except (AttributeError, KeyError, TypeError):
         return ()
+
+
+@functools.cache
+def side_version(fn: Any) -> str:
+    """An identity of the code that makes a side table: the source file of ``fn``'s module and
+    its own bytecode and constants. Side rows made by other code are made again (a change
+    anywhere in that file counts: the helpers ``fn`` calls usually live there)."""
+    import inspect
+
+    code = getattr(fn, "__code__", None)
+    parts = [getattr(fn, "__qualname__", repr(fn)).encode()]
+    if code is not None:
+        parts += [code.co_code, repr(code.co_consts).encode()]
+    try:
+        parts.append(Path(inspect.getsourcefile(fn) or "").read_bytes())
+    except (TypeError, OSError):
+        pass
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]

@@ -255,7 +255,7 @@ def aggregate(
             frame = frame.filter(pl.col(SOURCE).is_in(mine))
         parts.append(frame.with_columns(pl.lit(e.file, pl.String).alias(FRAGMENT)))
         for name, fn in sides.items():  # written with the fragment, else made from its rows
-            side = _fragment(root, e, name)
+            side = _fragment(root, e, name, fragments.side_version(fn))
             if side is None:
                 side = fn(frame)
             elif partial:
@@ -324,6 +324,7 @@ def side_path(out_parquet: Path, name: str) -> Path:
 
 
 FINGERPRINT = "_runs_fingerprint"
+VERSION = "_side_version"  # fragments.side_version of the code that made a side table
 
 
 def fingerprint(runs: pl.DataFrame) -> int:
@@ -348,13 +349,17 @@ def _write_sides(
     sides = pillar.side_tables()
     if not sides:
         return
-    mark = {FINGERPRINT: str(fingerprint(runs))}  # in the file's metadata: empty tables too
+    from sparsebench.suite.fragments import side_version
+
     for name, fn in sides.items():
         path = side_path(out_parquet, name)
+        # in the file's metadata (empty tables too): the rows and the code it was made with
+        mark = {FINGERPRINT: str(fingerprint(runs)), VERSION: side_version(fn)}
         old = None
         if keep is not None and path.is_file():
             try:
-                old = pl.read_parquet(path, glob=False)
+                if pl.read_parquet_metadata(path).get(VERSION) == mark[VERSION]:
+                    old = pl.read_parquet(path, glob=False)
             except (OSError, pl.exceptions.PolarsError):
                 old = None
         new = made.get(name)
@@ -368,21 +373,28 @@ def _write_sides(
             kept = old.filter(pl.col(SOURCE).is_in(keep.get_column(SOURCE).unique()))
             # the runs table's order (by record), each record's rows in their own order
             frame = merge_by_source(kept, new)
-        write_atomic(path, lambda p, frame=frame: frame.write_parquet(p, metadata=mark))
+        write_atomic(path, lambda p, frame=frame, mark=mark: frame.write_parquet(p, metadata=mark))
 
 
 def side_table(folder: Path, name: str, runs: pl.DataFrame) -> pl.DataFrame | None:
     """The side table ``name`` kept beside ``folder``'s ``runs.parquet`` when it was made with
-    ``runs`` (the same rows), else None: the caller derives it from ``runs`` itself."""
+    ``runs`` (the same rows) by the pillar's current code, else None: the caller derives it
+    from ``runs`` itself."""
     path = side_path(paths.runs_table_in(folder), name)
     if SOURCE not in runs.columns or not path.is_file():
         return None
+    from sparsebench.suite.fragments import side_version
+    from sparsebench.suite.pillar import PillarError, get_pillar
+
     try:
-        made_with = pl.read_parquet_metadata(path).get(FINGERPRINT)
-        if made_with != str(fingerprint(runs)):
+        meta = pl.read_parquet_metadata(path)
+        if meta.get(FINGERPRINT) != str(fingerprint(runs)):
+            return None
+        fn = get_pillar(str(runs["pillar"][0])).side_tables().get(name) if runs.height else None
+        if fn is not None and meta.get(VERSION) != side_version(fn):
             return None
         return pl.read_parquet(path, glob=False)
-    except (OSError, pl.exceptions.PolarsError):
+    except (OSError, PillarError, pl.exceptions.PolarsError):
         return None
 
 
@@ -542,13 +554,17 @@ def merge_by_source(a: pl.DataFrame | None, b: pl.DataFrame | None) -> pl.DataFr
     return pl.concat([p for p in parts if p.height], rechunk=False)
 
 
-def _fragment(root: Path, entry, side: str | None = None) -> pl.DataFrame | None:
-    """A manifest line's rows (or those of its side table ``side``), or None when they must be
-    made otherwise (no file, the file is missing, or its bytes differ from the digest the line
-    recorded): the rows from JSON, the side rows from the rows."""
+def _fragment(root: Path, entry, side: str | None = None, version: str = "") -> pl.DataFrame | None:
+    """A manifest line's rows (or those of its side table ``side`` made by the code of
+    ``version``), or None when they must be made otherwise (no file, the file is missing, its
+    bytes differ from the digest the line recorded, or other code made it): the rows from JSON,
+    the side rows from the rows."""
     from sparsebench.suite import fragments
 
-    file, sha = (entry.file, entry.sha256) if side is None else (entry.side(side) or (None, None))
+    if side is None:
+        file, sha = entry.file, entry.sha256
+    else:
+        file, sha = entry.side(side, version) or (None, None)
     if not file:
         return None
     import hashlib

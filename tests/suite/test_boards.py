@@ -235,3 +235,15 @@ def test_over_trials_equals_grouping_by_hand():
         for k, g in groups.items()
     ]
     assert got.to_dicts() == want
+
+
+def test_over_trials_puts_a_null_trial_first_and_takes_trial_as_a_key():
+    import polars as pl
+
+    from sparsebench.suite.boards import over_trials
+
+    runs = pl.DataFrame({"status": ["ok"] * 3, "k": [1, 1, 1], "ms": [3.0, 1.0, 2.0],
+                         "cell_id": ["t-5", "tnull", "t0"], "trial": [-5, None, 0]})  # fmt: skip
+    assert over_trials(runs, ["k"], ["ms"])["cell_id"].to_list() == ["tnull"]
+    # one row per trial, in trial order (null first)
+    assert over_trials(runs, ["k", "trial"], ["ms"])["cell_id"].to_list() == ["tnull", "t-5", "t0"]

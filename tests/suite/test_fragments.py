@@ -272,12 +272,14 @@ def test_a_side_file_missing_or_altered_is_made_from_the_fragments_rows(
 
 
 def test_a_fragments_side_file_is_listed_with_its_digest(tmp_path, monkeypatch):
-    monkeypatch.setattr(
-        type(TOY), "side_tables", lambda self: {"sq": lambda r: r.select("source", "square")}
-    )
+    def sq(rows: pl.DataFrame) -> pl.DataFrame:
+        return rows.select("source", "square")
+
+    monkeypatch.setattr(type(TOY), "side_tables", lambda self: {"sq": sq})
     folder = _run(tmp_path, [1, 2])
     (entry,) = [e for e in fragments.read(folder).entries if e.file]
-    file, sha = entry.side("sq")
+    assert entry.side("sq", "another version") is None
+    file, sha = entry.side("sq", fragments.side_version(sq))
     assert file == entry.file.replace(".parquet", ".sq.parquet")
     assert sha == fragments.digest(folder / "fragments" / file)
     assert pl.read_parquet(folder / "fragments" / file)["square"].sort().to_list() == [1, 4]
@@ -349,3 +351,29 @@ def test_incremental_tables_equal_a_fresh_aggregation_row_for_row(tmp_path):
         assert_frame_equal(incremental, fresh)
         assert incremental["source"].is_sorted()
     assert incremental.height == 7
+
+
+def test_side_rows_made_by_other_code_are_made_again(tmp_path, monkeypatch):
+    """The jobs wrote side files with one side function; the pillar's code changed since: the
+    aggregation and the board use the current function's rows, not the files'."""
+    monkeypatch.setattr(
+        type(TOY),
+        "side_tables",
+        lambda self: {"sq": lambda r: r.select("source", (pl.col("square") + 1).alias("v"))},
+    )
+    folder = _run(tmp_path, [1, 2])
+    runs = tables.aggregate(TOY, None, folder / "runs.parquet")
+    assert sorted(tables.side_table(folder, "sq", runs)["v"]) == [2, 5]
+
+    def changed(rows: pl.DataFrame) -> pl.DataFrame:
+        return rows.select("source", (pl.col("square") * 100).alias("v"))
+
+    monkeypatch.setattr(type(TOY), "side_tables", lambda self: {"sq": changed})
+    assert tables.side_table(folder, "sq", runs) is None, "the kept table is another code's"
+    spec = validate({"benchmark": "b", "toy": {"values": [3]}}, source="t.yaml")
+    run_batch(spec, TOY, TOY.cells(spec), root=tmp_path, progress=lambda m: None)
+    runs = tables.aggregate(TOY, None, folder / "runs.parquet")  # incremental
+    assert sorted(tables.side_table(folder, "sq", runs)["v"]) == [100, 400, 900]
+    tables.cache_path(folder / "runs.parquet").unlink()
+    runs = tables.aggregate(TOY, None, folder / "runs.parquet")  # from the fragments
+    assert sorted(tables.side_table(folder, "sq", runs)["v"]) == [100, 400, 900]
