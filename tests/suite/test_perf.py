@@ -69,7 +69,10 @@ def test_tables_generates_records_with_fragments_and_reports_every_step(tmp_path
         assert row[step] >= 0.0, step
     assert out["all_pillars"]["board_s"] == row["board_s"]
     kept = perf.tables(tmp_path / "b", 40, keep=True, chunk=7, json_limit=0)
-    again = perf.tables(tmp_path / "b", 0, chunk=7, json_limit=0, reuse=Path(kept["folder"]))
+    import shutil
+
+    shutil.move(kept["folder"], tmp_path / "kept")  # the test's folder, not the system's /tmp
+    again = perf.tables(tmp_path / "b", 0, chunk=7, json_limit=0, reuse=tmp_path / "kept")
     # the kept folder holds the 40 records and the 1,000 new (for one pillar: all of them)
     assert again["pillars"]["toy"]["records"] == 1040
     assert again["pillars"]["toy"]["rows"] == 1040
