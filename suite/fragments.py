@@ -258,9 +258,18 @@ def side_version(fn: Any) -> str:
     code = getattr(fn, "__code__", None)
     parts = [getattr(fn, "__qualname__", repr(fn)).encode()]
     if code is not None:
-        parts += [code.co_code, repr(code.co_consts).encode()]
+        parts.append(_code_bytes(code))
     try:
         parts.append(Path(inspect.getsourcefile(fn) or "").read_bytes())
     except (TypeError, OSError):
         pass
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+
+
+def _code_bytes(code: Any) -> bytes:
+    """A code object's bytecode and constants, nested code (comprehensions, lambdas) included,
+    without anything a process makes up (the addresses in a nested code object's repr)."""
+    out = [code.co_code]
+    for c in code.co_consts:
+        out.append(_code_bytes(c) if hasattr(c, "co_code") else repr(c).encode())
+    return b"\0".join(out)

@@ -86,7 +86,7 @@ def _generate(templates: list[dict], folder: Path, start: int, n: int, chunk: in
 
 
 def _sides(entry) -> list[str]:
-    return [f for _, f, _ in entry.sides]
+    return [side[1] for side in entry.sides]
 
 
 def _time_pillar(

@@ -377,3 +377,20 @@ def test_side_rows_made_by_other_code_are_made_again(tmp_path, monkeypatch):
     tables.cache_path(folder / "runs.parquet").unlink()
     runs = tables.aggregate(TOY, None, folder / "runs.parquet")  # from the fragments
     assert sorted(tables.side_table(folder, "sq", runs)["v"]) == [100, 400, 900]
+
+
+def test_a_side_version_is_the_same_in_every_process():
+    """Made by a job and checked by an aggregation: another process must get the same."""
+    import subprocess
+    import sys
+
+    code = (
+        "from sparsebench.suite.fragments import side_version;"
+        "from sparsebench.suite.pillars.merging.board import SIDE_TABLES;"
+        "print([side_version(f) for f in SIDE_TABLES.values()])"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        for _ in range(2)
+    ]
+    assert runs[0].stdout == runs[1].stdout and runs[0].stdout.startswith("['")

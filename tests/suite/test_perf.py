@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 from sparsebench.suite import paths, perf
 from sparsebench.suite.record import write_json_atomic
@@ -51,13 +50,16 @@ def test_overhead_counts_cells_and_this_runs_artefacts(tmp_path, monkeypatch):
     json.dumps(out)  # printable as the make bench line
 
 
-def test_tables_generates_records_with_fragments_and_reports_every_step(tmp_path):
+def test_tables_generates_records_with_fragments_and_reports_every_step(tmp_path, monkeypatch):
     import tests.toy_pillar  # noqa: F401 - registers the toy pillar
     from sparsebench.suite.job import run_batch
     from sparsebench.suite.pillar import get_pillar
     from sparsebench.suite.spec import validate
 
     toy = get_pillar("toy")
+    monkeypatch.setattr(  # with a side table: its files are read and timed too
+        type(toy), "side_tables", lambda self: {"sq": lambda r: r.select("source", "square")}
+    )
     spec = validate({"benchmark": "b", "toy": {"values": [1, 2, 3]}}, source="t.yaml")
     run_batch(spec, toy, toy.cells(spec), root=tmp_path, progress=lambda m: None)
     out = perf.tables(tmp_path / "b", 40, chunk=7, json_limit=40)
