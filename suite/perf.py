@@ -60,33 +60,25 @@ def _generate(templates: list[dict], folder: Path, start: int, n: int, chunk: in
     from sparsebench.suite.pillar import get_pillar
 
     pillar = get_pillar(templates[0]["pillar"])
-    pending: list[Path] = []
-    for i in range(start, start + n):
-        if i % chunk == start % chunk:  # as a job: the chunk's records named before written
-            names = []
-            for j in range(i, min(i + chunk, start + n)):
-                t = templates[j % len(templates)]
-                cell = f"{t['cell_id']}/copy{j // len(templates)}"
-                names.append(paths.record_in(folder, cell).relative_to(folder).as_posix())
-            fragments.append(folder, fragments.Entry(None, None, 0, tuple(names)))
+
+    def clone(i: int) -> dict:
         rec = dict(templates[i % len(templates)])
         copy = i // len(templates)
         rec["cell_id"] = f"{rec['cell_id']}/copy{copy}"
         if rec.get("seed") is not None:
             rec["seed"] = rec["seed"] + 1000 * copy
-        path = paths.record_in(folder, rec["cell_id"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(rec, indent=2, sort_keys=True))  # no fsync: generated data
-        pending.append(path)
-        if len(pending) == chunk:
-            fragments.write(pillar, folder, pending, "perf")
-            pending = []
-    if pending:
-        fragments.write(pillar, folder, pending, "perf")
+        return rec
 
-
-def _sides(entry) -> list[str]:
-    return [side[1] for side in entry.sides]
+    for first in range(start, start + n, chunk):
+        recs = [clone(i) for i in range(first, min(first + chunk, start + n))]
+        batch = [paths.record_in(folder, rec["cell_id"]) for rec in recs]
+        # as a job: the chunk's records named in the manifest before they are written
+        names = tuple(p.relative_to(folder).as_posix() for p in batch)
+        fragments.append(folder, fragments.Entry(None, None, 0, names))
+        for rec, path in zip(recs, batch, strict=True):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(rec, indent=2, sort_keys=True))  # generated: no fsync
+        fragments.write(pillar, folder, batch, "perf")
 
 
 def _time_pillar(
@@ -101,22 +93,22 @@ def _time_pillar(
 
     pillar = get_pillar(recs[0]["pillar"])
     table = paths.runs_table_in(folder)
-    # what our aggregation reads: the fragments and their side files
+    # what our aggregation reads: the fragments, and each side table's files
     entries = [e for e in fragments.read(folder).entries if e.file]
-    files = [fragments.folder_of(folder) / f for e in entries for f in (e.file, *_sides(e))]
+    kinds: dict[str, list[Path]] = {"rows": [fragments.folder_of(folder) / e.file for e in entries]}
+    for e in entries:
+        for name, file, *_ in e.sides:
+            kinds.setdefault(name, []).append(fragments.folder_of(folder) / file)
     row: dict[str, float] = {"records": n}
     # a process's first validation imports every method (torch with them): once per process,
     # not a cost of the table's size
     _, row["import_methods_s"] = _timed(pillar.method_names)
 
     def polars_fragments() -> list[pl.DataFrame]:
-        frames = [pl.read_parquet(f, glob=False) for f in files]
-        kinds = {f.name.rsplit(".", 2)[-2] for f in files}  # rows, and each side table
         return [
-            pl.concat([x for f, x in zip(files, frames) if f.name.rsplit(".", 2)[-2] == k],
-                      how="diagonal_relaxed")
-            for k in kinds
-        ]  # fmt: skip
+            pl.concat([pl.read_parquet(f, glob=False) for f in files], how="diagonal_relaxed")
+            for files in kinds.values()
+        ]
 
     _, row["polars_read_fragments_s"] = _timed(polars_fragments)
     runs, row["aggregate_fragments_s"] = _timed(lambda: aggregate(pillar, None, table))
