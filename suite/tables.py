@@ -523,8 +523,9 @@ def _duplicated(runs: pl.DataFrame, new: pl.DataFrame, key: list[str]) -> bool:
 def merge_by_source(a: pl.DataFrame | None, b: pl.DataFrame | None) -> pl.DataFrame:
     """Two frames sorted by ``source`` (each record's rows in their order) with no record in
     both, as one frame sorted by ``source``: ``b``'s rows inserted into ``a`` by slices (a
-    table of millions of rows is not sorted again for a thousand new ones). Columns as
-    ``pl.concat(how="diagonal_relaxed")`` gives them."""
+    table of millions of rows is not sorted again for a thousand new ones; polars'
+    ``merge_sorted`` copies every column, 2.3 s at 2.4 million rows here, where slices are
+    views). Columns as ``pl.concat(how="diagonal_relaxed")`` gives them."""
     if a is None or b is None:
         return b if a is None else a
     schema = pl.concat([a.head(0), b.head(0)], how="diagonal_relaxed").schema
